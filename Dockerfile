@@ -1,0 +1,15 @@
+# The HarnessOps application image (web, workers). vLLM runs from its own image (see docker-compose.yml).
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HARNESSOPS_MODE=production
+WORKDIR /app
+COPY pyproject.toml ./
+COPY console console
+COPY harness harness
+COPY serving serving
+COPY templates templates
+COPY manage.py ./
+RUN pip install --no-cache-dir -e . \
+ && DJANGO_SECRET_KEY=build DJANGO_ALLOWED_HOSTS=build DATABASE_URL=sqlite:////tmp/build.db \
+    REDIS_URL=redis://build:6379/0 DJANGO_STATIC_ROOT=/app/staticfiles python manage.py collectstatic --noinput
+EXPOSE 8000
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]

@@ -1,0 +1,68 @@
+"""Who is asking and what they may do.
+
+An `Actor` is a user, a platform API key or the system (seeding, AI proposals).
+Capabilities are the unit of permission: roles grant them cumulatively and API
+keys carry them as scopes, so services check one thing whatever the caller.
+"""
+
+from dataclasses import dataclass, field
+
+from django.core.exceptions import PermissionDenied
+
+from console.models import ActorKind, Membership, Role, Workspace
+
+READ, WRITE, APPROVE, ADMIN, INGEST = "read", "write", "approve", "admin", "ingest"
+
+ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
+    Role.VIEWER: frozenset({READ}),
+    Role.OPERATOR: frozenset({READ, WRITE}),
+    Role.APPROVER: frozenset({READ, WRITE, APPROVE}),
+    Role.ADMIN: frozenset({READ, WRITE, APPROVE, ADMIN}),
+}
+API_KEY_SCOPES = (READ, WRITE, APPROVE, INGEST)
+# A key's scopes imply the weaker ones, as roles do: writing needs reading what you write.
+_SCOPE_IMPLIES = {READ: {READ}, WRITE: {READ, WRITE}, APPROVE: {READ, WRITE, APPROVE}, INGEST: {INGEST}}
+
+
+@dataclass(frozen=True)
+class Actor:
+    kind: str
+    label: str
+    user_id: int | None = None
+    api_key_id: int | None = None
+    # Only API keys and the system carry fixed capabilities; users' come from memberships.
+    workspace_id: int | None = None
+    scopes: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def for_user(cls, user) -> "Actor":
+        return cls(kind=ActorKind.USER, label=user.get_username(), user_id=user.pk)
+
+    @classmethod
+    def for_api_key(cls, api_key) -> "Actor":
+        return cls(
+            kind=ActorKind.API_KEY,
+            label=f"key:{api_key.prefix} ({api_key.name})",
+            api_key_id=api_key.pk,
+            workspace_id=api_key.workspace_id,
+            scopes=frozenset().union(*(_SCOPE_IMPLIES[s] for s in api_key.scopes if s in _SCOPE_IMPLIES)),
+        )
+
+    @classmethod
+    def system(cls, label: str = "system") -> "Actor":
+        return cls(kind=ActorKind.SYSTEM, label=label)
+
+
+def capabilities(actor: Actor, workspace: Workspace) -> frozenset[str]:
+    if actor.kind == ActorKind.SYSTEM:
+        return ROLE_CAPABILITIES[Role.ADMIN] | {INGEST}
+    if actor.kind == ActorKind.API_KEY:
+        return actor.scopes if actor.workspace_id == workspace.pk else frozenset()
+    role = Membership.objects.filter(workspace=workspace, user_id=actor.user_id).values_list("role", flat=True).first()
+    return ROLE_CAPABILITIES.get(role, frozenset())
+
+
+def require(actor: Actor, workspace: Workspace, capability: str) -> None:
+    """Raise PermissionDenied unless `actor` holds `capability` in `workspace`."""
+    if capability not in capabilities(actor, workspace):
+        raise PermissionDenied(f"{actor.label} lacks the '{capability}' permission in {workspace.slug}.")

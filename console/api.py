@@ -1,0 +1,56 @@
+"""The platform API: wires each package's router and maps domain errors to clear 4xx answers."""
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from ninja import NinjaAPI
+from ninja.errors import ValidationError as NinjaValidationError
+
+from harness.api import router as harness_router
+from harness.services import CommitConflict, StoreError
+from harness.spec import SpecInvalid
+from serving.auth import ApiKeyAuth
+
+api = NinjaAPI(
+    title="HarnessOps platform API",
+    version="1",
+    urls_namespace="api",
+    auth=ApiKeyAuth(),
+    docs_url="/docs",
+)
+api.add_router("/v1", harness_router)
+
+
+@api.exception_handler(SpecInvalid)
+def _spec_invalid(request, exc: SpecInvalid):
+    errors = [{"path": e.path, "message": e.message} for e in exc.errors]
+    return api.create_response(request, {"detail": f"The harness has {len(errors)} error(s).", "errors": errors},
+                               status=422)
+
+
+@api.exception_handler(CommitConflict)
+def _conflict(request, exc: CommitConflict):
+    changes = [{"path": c.path, "status": c.status} for c in (exc.diff.changes if exc.diff else ())]
+    return api.create_response(request, {"detail": str(exc), "head": exc.head.number,
+                                         "base": exc.base.number if exc.base else None, "errors": changes},
+                               status=409)
+
+
+@api.exception_handler(StoreError)
+def _store_error(request, exc: StoreError):
+    return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request, exc):
+    return api.create_response(request, {"detail": str(exc) or "Forbidden.", "errors": []}, status=403)
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return api.create_response(request, {"detail": str(exc) or "Not found.", "errors": []}, status=404)
+
+
+@api.exception_handler(NinjaValidationError)
+def _invalid_request(request, exc: NinjaValidationError):
+    errors = [{"path": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors]
+    return api.create_response(request, {"detail": "The request is invalid.", "errors": errors}, status=422)

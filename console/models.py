@@ -1,0 +1,63 @@
+"""Workspaces, memberships and the audit log."""
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    """Roles are ordered: each includes the powers of the ones before it."""
+
+    VIEWER = "viewer", "Viewer (read)"
+    OPERATOR = "operator", "Operator (edit drafts, run jobs)"
+    APPROVER = "approver", "Approver (protected labels, approvals)"
+    ADMIN = "admin", "Admin (members, keys)"
+
+
+class Workspace(models.Model):
+    """A merchant or an operator team; every object in HarnessOps belongs to one."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="one_membership_per_user")]
+
+
+class ActorKind(models.TextChoices):
+    USER = "user"
+    API_KEY = "api_key"
+    SYSTEM = "system"
+
+
+class AuditEvent(models.Model):
+    """An append-only record of who changed what, with before/after values."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="audit_events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
+    actor_label = models.CharField(max_length=200)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_api_key_id = models.BigIntegerField(null=True, blank=True)
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_label = models.CharField(max_length=300, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["workspace", "-at"])]

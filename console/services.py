@@ -1,0 +1,83 @@
+"""Writes for workspaces, memberships and the audit log."""
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from console.access import ADMIN, Actor, require
+from console.models import AuditEvent, Membership, Role, Workspace
+
+
+def audit_record(
+    *,
+    actor: Actor,
+    workspace: Workspace,
+    action: str,
+    target_type: str,
+    target_id: str | int = "",
+    target_label: str = "",
+    before=None,
+    after=None,
+) -> AuditEvent:
+    """Append one audit event. Call inside the transaction of the change it records."""
+    return AuditEvent.objects.create(
+        workspace=workspace,
+        actor_kind=actor.kind,
+        actor_label=actor.label[:200],
+        actor_user_id=actor.user_id,
+        actor_api_key_id=actor.api_key_id,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        target_label=target_label[:300],
+        before=before,
+        after=after,
+    )
+
+
+@transaction.atomic
+def workspace_create(*, actor: Actor, slug: str, name: str, owner=None) -> Workspace:
+    workspace = Workspace.objects.create(slug=slug, name=name)
+    audit_record(actor=actor, workspace=workspace, action="workspace.create", target_type="workspace",
+                 target_id=workspace.pk, target_label=slug, after={"slug": slug, "name": name})
+    if owner is not None:
+        Membership.objects.create(workspace=workspace, user=owner, role=Role.ADMIN)
+        audit_record(actor=actor, workspace=workspace, action="membership.add", target_type="membership",
+                     target_label=owner.get_username(), after={"role": Role.ADMIN})
+    return workspace
+
+
+class MembershipError(ValueError):
+    pass
+
+
+@transaction.atomic
+def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: str | None) -> Membership | None:
+    """Add, change or (role=None) remove a member; the last admin cannot be removed or demoted."""
+    require(actor, workspace, ADMIN)
+    if role is not None and role not in Role.values:
+        raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise MembershipError(f"No user named {username!r}.")
+    current = Membership.objects.select_for_update().filter(workspace=workspace, user=user).first()
+    before = {"role": current.role} if current else None
+    if current and current.role == Role.ADMIN and role != Role.ADMIN:
+        admins = Membership.objects.filter(workspace=workspace, role=Role.ADMIN).count()
+        if admins <= 1:
+            raise MembershipError("A workspace needs at least one admin.")
+    if role is None:
+        if current is None:
+            raise MembershipError(f"{username} is not a member.")
+        current.delete()
+        result = None
+    elif current is None:
+        result = Membership.objects.create(workspace=workspace, user=user, role=role)
+    else:
+        current.role = role
+        current.save(update_fields=["role"])
+        result = current
+    audit_record(actor=actor, workspace=workspace,
+                 action="membership.remove" if role is None else ("membership.change" if current else "membership.add"),
+                 target_type="membership", target_id=user.pk, target_label=username,
+                 before=before, after={"role": role} if role else None)
+    return result

@@ -1,0 +1,158 @@
+"""HarnessOps settings: one module, two modes, all from the environment.
+
+HARNESSOPS_MODE=embedded (default, `make run`): SQLite, in-memory channel layer,
+Celery tasks run in-process, the offline model. Setting DATABASE_URL / REDIS_URL
+switches those parts to PostgreSQL / Redis (tests in CI do this).
+
+HARNESSOPS_MODE=production: every external service must be named explicitly,
+DEBUG is off and the deploy checks pass (`manage.py check --deploy`).
+"""
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from console.env import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env("HARNESSOPS_VAR_DIR", str(BASE_DIR / "var")))
+
+MODE = env("HARNESSOPS_MODE", "embedded")
+if MODE not in {"embedded", "production"}:
+    raise ValueError(f"HARNESSOPS_MODE must be embedded or production, not {MODE!r}")
+PRODUCTION = MODE == "production"
+
+
+def _embedded_secret_key() -> str:
+    """A per-checkout key kept in var/, so sessions survive restarts of `make run`."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+if PRODUCTION:
+    SECRET_KEY = env("DJANGO_SECRET_KEY")
+    DEBUG = False
+    ALLOWED_HOSTS = env("DJANGO_ALLOWED_HOSTS", cast=list)
+    CSRF_TRUSTED_ORIGINS = env("DJANGO_CSRF_TRUSTED_ORIGINS", [], cast=list)
+else:
+    SECRET_KEY = env("DJANGO_SECRET_KEY", None) or _embedded_secret_key()
+    DEBUG = env("DJANGO_DEBUG", True, cast=bool)
+    ALLOWED_HOSTS = env("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], cast=list)
+    CSRF_TRUSTED_ORIGINS = env("DJANGO_CSRF_TRUSTED_ORIGINS", [], cast=list)
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "ninja",
+    "console",
+    "harness",
+    "serving",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context.workspaces",
+            ],
+        },
+    },
+]
+
+# Databases: DATABASE_URL wins; production requires it.
+if PRODUCTION:
+    DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"), conn_max_age=60)}
+else:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'harnessops.sqlite3'}"), conn_max_age=0
+        )
+    }
+DATABASES["default"].setdefault("TEST", {})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: broker for Celery and the channel layer. Without it (embedded) tasks run
+# in-process and websockets use the in-memory layer.
+REDIS_URL = env("REDIS_URL") if PRODUCTION else env("REDIS_URL", None)
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_TASK_ALWAYS_EAGER = False
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+
+# Limits that keep bad input from becoming half-written state.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env("HARNESSOPS_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, cast=int)
+HARNESS_ZIP_MAX_BYTES = env("HARNESSOPS_HARNESS_ZIP_MAX_BYTES", 2 * 1024 * 1024, cast=int)
+
+if PRODUCTION:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env("DJANGO_SECURE_SSL_REDIRECT", True, cast=bool)
+    SECURE_HSTS_SECONDS = env("DJANGO_SECURE_HSTS_SECONDS", 31536000, cast=int)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("HARNESSOPS_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,42 @@
+from django.contrib.auth import views as auth_views
+from django.http import JsonResponse
+from django.urls import path
+
+from console.api import api
+from console.views import harness, workspace
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+ws = "w/<slug:ws>/"
+h = ws + "harnesses/<slug:name>/"
+
+urlpatterns = [
+    path("", workspace.home, name="home"),
+    path("healthz", healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/", api.urls),
+    path(ws, harness.harness_list, name="harness_list"),
+    path(ws + "members/", workspace.member_list, name="member_list"),
+    path(ws + "members/set/", workspace.member_set, name="member_set"),
+    path(ws + "keys/", workspace.key_list, name="key_list"),
+    path(ws + "keys/<int:key_id>/revoke/", workspace.key_revoke, name="key_revoke"),
+    path(ws + "audit/", workspace.audit_log, name="audit_log"),
+    path(ws + "harnesses/import/", harness.harness_import, name="harness_import"),
+    path(h, harness.harness_detail, name="harness_detail"),
+    path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),
+    path(h + "v/<int:number>/export.zip", harness.version_export, name="version_export"),
+    path(h + "diff/", harness.version_diff, name="version_diff"),
+    path(h + "edit/", harness.harness_edit, name="harness_edit"),
+    path(h + "edit/check/", harness.harness_edit_check, name="harness_edit_check"),
+    path(h + "edit/preview/", harness.harness_edit_preview, name="harness_edit_preview"),
+    path(h + "edit/add/", harness.harness_edit_add, name="harness_edit_add"),
+    path(h + "edit/remove/", harness.harness_edit_remove, name="harness_edit_remove"),
+    path(h + "edit/commit/", harness.harness_commit, name="harness_commit"),
+    path(h + "edit/<str:action>/", harness.harness_draft_action, name="harness_draft_action"),
+    path(h + "labels/move/", harness.label_move, name="label_move"),
+    path(h + "labels/<slug:label>/rollback/", harness.label_rollback, name="label_rollback"),
+]

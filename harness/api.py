@@ -1,0 +1,104 @@
+"""Platform API for the harness registry: read versions and labels, commit, move labels."""
+
+from django.db.models import Prefetch
+from ninja import Router, Status
+
+from console.access import READ, require
+from harness import selectors, services
+from harness.models import Harness, HarnessVersion, Label
+from harness.schemas import (
+    CommitIn,
+    CommitOut,
+    DiffOut,
+    ErrorOut,
+    HarnessOut,
+    LabelMoveIn,
+    LabelMoveOut,
+    VersionDetailOut,
+    VersionOut,
+)
+from harness.spec import spec_to_dict
+
+router = Router(tags=["harnesses"])
+
+
+def _version_out(version: HarnessVersion) -> dict:
+    return {
+        "harness": version.harness.name,
+        "number": version.number,
+        "content_hash": version.content_hash,
+        "parent": version.parent.number if version.parent_id else None,
+        "author": version.author_label,
+        "message": version.message,
+        "created_at": version.created_at,
+        "labels": sorted(label.name for label in version.labels.all()),
+    }
+
+
+def _version_detail(version: HarnessVersion) -> dict:
+    return {**_version_out(version), "spec": spec_to_dict(selectors.version_spec(version)), "files": version.files}
+
+
+def _harness(request, name: str) -> Harness:
+    require(request.actor, request.workspace, READ)
+    return selectors.harness_get(request.workspace, name)
+
+
+@router.get("/harnesses", response=list[HarnessOut])
+def list_harnesses(request):
+    require(request.actor, request.workspace, READ)
+    return [
+        {"name": h.name, "description": h.description, "head": h.head.number if h.head else None,
+         "labels": [{"name": lb.name, "version": lb.version.number, "protected": lb.protected} for lb in h.labels.all()]}
+        for h in selectors.harness_list(request.workspace)
+    ]
+
+
+@router.get("/harnesses/{name}/versions", response=list[VersionOut])
+def list_versions(request, name: str):
+    harness = _harness(request, name)
+    versions = harness.versions.select_related("parent", "harness").prefetch_related(
+        Prefetch("labels", queryset=Label.objects.only("name", "version_id"))
+    ).defer("files")
+    return [_version_out(v) for v in versions]
+
+
+@router.get("/harnesses/{name}/versions/{ref}", response=VersionDetailOut)
+def get_version(request, name: str, ref: str):
+    """A version by number (`3` or `v3`), label (`production`) or content-hash prefix."""
+    return _version_detail(selectors.version_resolve(_harness(request, name), ref))
+
+
+@router.get("/harnesses/{name}/labels/{label}", response=VersionDetailOut)
+def get_version_by_label(request, name: str, label: str):
+    return _version_detail(selectors.version_by_label(_harness(request, name), label))
+
+
+@router.get("/harnesses/{name}/diff", response=DiffOut)
+def diff_versions(request, name: str, from_ref: str, to_ref: str):
+    harness = _harness(request, name)
+    a, b = selectors.version_resolve(harness, from_ref), selectors.version_resolve(harness, to_ref)
+    changes = selectors.version_diff(a, b).changes
+    return {"harness": name, "from_version": a.number, "to_version": b.number,
+            "changes": [vars(c) if not hasattr(c, "_asdict") else c._asdict() for c in changes]}
+
+
+@router.post("/harnesses/{name}/versions", response={200: CommitOut, 201: CommitOut, 409: ErrorOut, 422: ErrorOut})
+def commit_version(request, name: str, payload: CommitIn):
+    """Commit files on top of `base_version` (write scope). 409 when the base is stale, 422 with paths when invalid."""
+    harness = _harness(request, name)
+    base = selectors.version_get(harness, payload.base_version) if payload.base_version else None
+    result = services.version_commit(actor=request.actor, harness=harness, files=payload.files,
+                                     base_version=base, message=payload.message)
+    return Status(201 if result.created else 200, {"created": result.created, "version": _version_out(result.version)})
+
+
+@router.put("/harnesses/{name}/labels/{label}", response=LabelMoveOut)
+def move_label(request, name: str, label: str, payload: LabelMoveIn):
+    """Point a label at a version (write scope; approve scope for protected labels such as production)."""
+    harness = _harness(request, name)
+    version = selectors.version_get(harness, payload.version)
+    move = services.label_move(actor=request.actor, harness=harness, name=label, version=version,
+                               reason=payload.reason)
+    return {"label": label, "from_version": move.from_version.number if move.from_version else None,
+            "to_version": move.to_version.number, "actor": move.actor_label, "reason": move.reason, "at": move.at}

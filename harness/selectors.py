@@ -1,0 +1,89 @@
+"""Reads from the harness store, always within one workspace."""
+
+from collections import OrderedDict
+
+from django.db.models import Prefetch, QuerySet
+from django.http import Http404
+
+from console.models import Workspace
+from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
+from harness.spec import HarnessSpec, SpecDiff, diff_specs, parse_files
+
+_SPEC_CACHE: "OrderedDict[str, HarnessSpec]" = OrderedDict()
+_SPEC_CACHE_SIZE = 256
+
+
+def version_spec(version: HarnessVersion) -> HarnessSpec:
+    """The parsed spec of a version. Versions are immutable, so the parse is cached by content hash."""
+    spec = _SPEC_CACHE.get(version.content_hash)
+    if spec is None:
+        spec = parse_files(version.files)
+        _SPEC_CACHE[version.content_hash] = spec
+        if len(_SPEC_CACHE) > _SPEC_CACHE_SIZE:
+            _SPEC_CACHE.popitem(last=False)
+    else:
+        _SPEC_CACHE.move_to_end(version.content_hash)
+    return spec
+
+
+def harness_list(workspace: Workspace) -> QuerySet[Harness]:
+    return (
+        Harness.objects.filter(workspace=workspace)
+        .select_related("head")
+        .prefetch_related(Prefetch("labels", queryset=Label.objects.select_related("version")))
+    )
+
+
+def harness_get(workspace: Workspace, name: str) -> Harness:
+    harness = Harness.objects.select_related("head", "workspace").filter(workspace=workspace, name=name).first()
+    if harness is None:
+        raise Http404(f"No harness named {name!r}.")
+    return harness
+
+
+def version_list(harness: Harness) -> QuerySet[HarnessVersion]:
+    return harness.versions.defer("files").prefetch_related("labels")
+
+
+def version_get(harness: Harness, number: int) -> HarnessVersion:
+    version = harness.versions.filter(number=number).first()
+    if version is None:
+        raise Http404(f"{harness.name} has no version {number}.")
+    return version
+
+
+def version_by_label(harness: Harness, label_name: str) -> HarnessVersion:
+    label = Label.objects.select_related("version").filter(harness=harness, name=label_name).first()
+    if label is None:
+        raise Http404(f"{harness.name} has no label {label_name!r}.")
+    return label.version
+
+
+def version_resolve(harness: Harness, ref: str) -> HarnessVersion:
+    """A version from `v3`, `3`, a label name or a content-hash prefix (≥ 8 characters)."""
+    ref = ref.strip()
+    number = ref[1:] if ref.startswith("v") else ref
+    if number.isdigit():
+        return version_get(harness, int(number))
+    if harness.labels.filter(name=ref).exists():
+        return version_by_label(harness, ref)
+    if len(ref) >= 8:
+        matches = list(harness.versions.filter(content_hash__startswith=ref.lower())[:2])
+        if len(matches) == 1:
+            return matches[0]
+    raise Http404(f"{harness.name} has no version, label or hash {ref!r}.")
+
+
+def version_diff(a: HarnessVersion, b: HarnessVersion) -> SpecDiff:
+    return diff_specs(version_spec(a), version_spec(b))
+
+
+def labels_with_history(harness: Harness) -> list[tuple[Label, list[LabelMove]]]:
+    labels = harness.labels.select_related("version").prefetch_related(
+        Prefetch("moves", queryset=LabelMove.objects.select_related("from_version", "to_version"))
+    )
+    return [(label, list(label.moves.all())) for label in labels]
+
+
+def draft_for(harness: Harness, user) -> Draft | None:
+    return Draft.objects.select_related("base_version").filter(harness=harness, author=user).first()

@@ -1,0 +1,224 @@
+"""Writes to the harness store: commits, drafts, labels and imports.
+
+Every function takes the acting `Actor`, checks its capability, changes rows in
+one transaction and records an audit event in that same transaction, so a
+failed write leaves nothing behind.
+"""
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from console.access import APPROVE, WRITE, Actor, require
+from console.models import Workspace
+from console.services import audit_record
+from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
+from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
+
+PROTECTED_LABELS = frozenset({"production"})
+MAX_MESSAGE = 500
+
+
+class StoreError(ValueError):
+    """A request the store refuses, with a message fit for the user."""
+
+
+class CommitConflict(Exception):
+    """The draft's base is no longer the head: someone committed meanwhile."""
+
+    def __init__(self, *, base: HarnessVersion | None, head: HarnessVersion, diff: SpecDiff):
+        self.base, self.head, self.diff = base, head, diff
+        base_name = f"v{base.number}" if base else "nothing"
+        super().__init__(
+            f"Your draft is based on {base_name}, but the head is now v{head.number} "
+            f"({head.author_label}: {head.message!r}). Review the changes, then rebase or discard your draft."
+        )
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: HarnessVersion
+    created: bool
+
+
+def _clean_message(message: str) -> str:
+    message = (message or "").strip()
+    if not message:
+        raise StoreError("A commit needs a message saying what changed and why.")
+    if len(message) > MAX_MESSAGE:
+        raise StoreError(f"Commit message is longer than {MAX_MESSAGE} characters.")
+    return message
+
+
+def version_commit(
+    *, actor: Actor, harness: Harness, files: dict[str, str], base_version: HarnessVersion | None, message: str
+) -> CommitResult:
+    """Commit `files` on top of `base_version` if it is still the head.
+
+    Raises SpecInvalid (every error with its path), CommitConflict (stale base)
+    or StoreError. Identical content returns the head with created=False.
+    """
+    require(actor, harness.workspace, WRITE)
+    message = _clean_message(message)
+    spec = parse_files(files)
+    canonical, digest = to_files(spec), content_hash(spec)
+    with transaction.atomic():
+        locked = Harness.objects.select_for_update().get(pk=harness.pk)
+        head = locked.head
+        base_id = base_version.pk if base_version else None
+        if locked.head_id != base_id:
+            base_spec = parse_files(base_version.files) if base_version else None
+            diff = diff_specs(base_spec, parse_files(head.files)) if base_spec else None
+            raise CommitConflict(base=base_version, head=head, diff=diff)
+        if head is not None and head.content_hash == digest:
+            return CommitResult(version=head, created=False)
+        version = HarnessVersion.objects.create(
+            harness=locked, number=(head.number if head else 0) + 1, content_hash=digest, files=canonical,
+            parent=head, author_kind=actor.kind, author_label=actor.label, author_user_id=actor.user_id,
+            message=message,
+        )
+        locked.head = version
+        locked.save(update_fields=["head"])
+        harness.head = version
+        audit_record(actor=actor, workspace=harness.workspace, action="version.commit", target_type="harness_version",
+                     target_id=version.pk, target_label=str(version),
+                     before={"head": head.number if head else None, "hash": head.content_hash if head else None},
+                     after={"head": version.number, "hash": digest, "message": message})
+    return CommitResult(version=version, created=True)
+
+
+def harness_create(
+    *, actor: Actor, workspace: Workspace, name: str, files: dict[str, str], message: str = "Initial version"
+) -> Harness:
+    """Create a harness with its first version (validated before anything is written)."""
+    require(actor, workspace, WRITE)
+    spec = parse_files(files)
+    if Harness.objects.filter(workspace=workspace, name=name).exists():
+        raise StoreError(f"A harness named {name!r} already exists in this workspace.")
+    with transaction.atomic():
+        harness = Harness.objects.create(workspace=workspace, name=name, description=spec.description[:500])
+        audit_record(actor=actor, workspace=workspace, action="harness.create", target_type="harness",
+                     target_id=harness.pk, target_label=name)
+        version_commit(actor=actor, harness=harness, files=files, base_version=None, message=message)
+    return harness
+
+
+def harness_import(*, actor: Actor, workspace: Workspace, name: str, files: dict[str, str], message: str) -> CommitResult:
+    """Import a directory: a new harness, or a new version on top of the current head."""
+    harness = Harness.objects.filter(workspace=workspace, name=name).first()
+    if harness is None:
+        harness = harness_create(actor=actor, workspace=workspace, name=name, files=files, message=message)
+        return CommitResult(version=harness.head, created=True)
+    return version_commit(actor=actor, harness=harness, files=files, base_version=harness.head, message=message)
+
+
+# Drafts -------------------------------------------------------------------------------------------
+
+
+def draft_open(*, actor: Actor, harness: Harness, user) -> Draft:
+    """The user's draft of this harness, started from the head if they have none."""
+    require(actor, harness.workspace, WRITE)
+    draft, _ = Draft.objects.get_or_create(
+        harness=harness, author=user, defaults={"base_version": harness.head, "files": dict(harness.head.files)}
+    )
+    return draft
+
+
+def draft_check(files: dict[str, str]) -> list[SpecError]:
+    """Every error the files would have as a spec (empty when valid)."""
+    try:
+        parse_files(files)
+    except SpecInvalid as invalid:
+        return list(invalid.errors)
+    return []
+
+
+def _draft_replace(*, actor: Actor, draft: Draft, files: dict[str, str]) -> list[SpecError]:
+    require(actor, draft.harness.workspace, WRITE)
+    errors = draft_check(files)
+    if not errors:
+        draft.files = to_files(parse_files(files))
+        draft.save(update_fields=["files", "updated_at"])
+    return errors
+
+
+def draft_write_file(*, actor: Actor, draft: Draft, path: str, text: str) -> list[SpecError]:
+    """Save one file into the draft only if the whole draft stays valid; otherwise return the errors."""
+    return _draft_replace(actor=actor, draft=draft, files={**draft.files, path: text})
+
+
+def draft_remove_file(*, actor: Actor, draft: Draft, path: str) -> list[SpecError]:
+    if path not in draft.files:
+        raise StoreError(f"{path} is not in this draft.")
+    if path == "harness.yaml":
+        raise StoreError("harness.yaml cannot be removed.")
+    # A skill is a directory: removing its SKILL.md removes the skill.
+    return _draft_replace(actor=actor, draft=draft, files={p: t for p, t in draft.files.items() if p != path})
+
+
+def draft_rebase(*, actor: Actor, draft: Draft) -> Draft:
+    """Move the draft's base to the head, keeping the draft's files: the user chose to override."""
+    require(actor, draft.harness.workspace, WRITE)
+    draft.base_version = Harness.objects.get(pk=draft.harness_id).head
+    draft.save(update_fields=["base_version", "updated_at"])
+    return draft
+
+
+def draft_discard(*, actor: Actor, draft: Draft) -> None:
+    require(actor, draft.harness.workspace, WRITE)
+    draft.delete()
+
+
+def draft_commit(*, actor: Actor, draft: Draft, message: str) -> CommitResult:
+    """Commit the draft (see version_commit); on success the draft is gone."""
+    with transaction.atomic():
+        result = version_commit(actor=actor, harness=draft.harness, files=draft.files,
+                                base_version=draft.base_version, message=message)
+        draft.delete()
+    return result
+
+
+# Labels -------------------------------------------------------------------------------------------
+
+LABEL_NAME_MAX = 64
+
+
+def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVersion, reason: str) -> LabelMove:
+    """Point label `name` at `version`, creating it on first use. Protected labels need the approve permission."""
+    if version.harness_id != harness.pk:
+        raise StoreError("That version belongs to another harness.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise StoreError("Say why the label moves (the reason is kept in its history).")
+    from django.utils.text import slugify
+
+    if not name or slugify(name) != name or len(name) > LABEL_NAME_MAX:
+        raise StoreError("Label names use lowercase letters, digits and hyphens.")
+    with transaction.atomic():
+        label = Label.objects.select_for_update().filter(harness=harness, name=name).first()
+        protected = label.protected if label else name in PROTECTED_LABELS
+        require(actor, harness.workspace, APPROVE if protected else WRITE)
+        previous = label.version if label else None
+        if label is None:
+            label = Label.objects.create(harness=harness, name=name, version=version, protected=protected)
+        elif label.version_id == version.pk:
+            raise StoreError(f"{name} already points at v{version.number}.")
+        else:
+            label.version = version
+            label.save(update_fields=["version", "updated_at"])
+        move = LabelMove.objects.create(label=label, from_version=previous, to_version=version,
+                                        actor_kind=actor.kind, actor_label=actor.label, reason=reason[:500])
+        audit_record(actor=actor, workspace=harness.workspace, action="label.move", target_type="label",
+                     target_id=label.pk, target_label=str(label),
+                     before={"version": previous.number if previous else None},
+                     after={"version": version.number, "reason": reason})
+    return move
+
+
+def label_rollback(*, actor: Actor, label: Label, reason: str) -> LabelMove:
+    """Move the label back to where it pointed before its latest move."""
+    latest = label.moves.first()
+    if latest is None or latest.from_version is None:
+        raise StoreError(f"{label.name} has no earlier version to roll back to.")
+    return label_move(actor=actor, harness=label.harness, name=label.name, version=latest.from_version,
+                      reason=reason or f"Roll back to v{latest.from_version.number}")

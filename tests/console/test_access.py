@@ -1,0 +1,176 @@
+"""Every console URL and API endpoint × role × foreign workspace: no anonymous pages, no leaks."""
+
+import json
+
+import pytest
+from django.urls import URLPattern, URLResolver, reverse
+
+from console import urls as console_urls
+from console.access import Actor
+from harness import services
+from serving.services import api_key_create
+
+pytestmark = pytest.mark.django_db
+
+# url name → (method, capability needed). Every console URL must appear here (checked below).
+CONSOLE = {
+    "harness_list": ("GET", "read"),
+    "member_list": ("GET", "read"),
+    "member_set": ("POST", "admin"),
+    "key_list": ("GET", "admin"),
+    "key_revoke": ("POST", "admin"),
+    "audit_log": ("GET", "read"),
+    "harness_import": ("GET", "write"),
+    "harness_detail": ("GET", "read"),
+    "version_detail": ("GET", "read"),
+    "version_export": ("GET", "read"),
+    "version_diff": ("GET", "read"),
+    "harness_edit": ("GET", "write"),
+    "harness_edit_check": ("POST", "write"),
+    "harness_edit_preview": ("GET", "write"),
+    "harness_edit_add": ("POST", "write"),
+    "harness_edit_remove": ("POST", "write"),
+    "harness_commit": ("POST", "write"),
+    "harness_draft_action": ("POST", "write"),
+    "label_move": ("POST", "write"),
+    "label_rollback": ("POST", "write"),
+}
+PUBLIC = {"login", "logout", "healthz"}
+ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
+             "admin": {"read", "write", "approve", "admin"}}
+
+
+def url_names(patterns, prefix=""):
+    for entry in patterns:
+        if isinstance(entry, URLPattern) and entry.name:
+            yield entry.name
+        elif isinstance(entry, URLResolver) and not str(entry.pattern).startswith("api/"):
+            yield from url_names(entry.url_patterns)
+
+
+def console_url(name: str, ws: str, harness: str, key_id: int) -> str:
+    kwargs = {"ws": ws}
+    route = next(p for p in console_urls.urlpatterns if getattr(p, "name", None) == name)
+    params = set(route.pattern.converters)
+    if "name" in params:
+        kwargs["name"] = harness
+    if "number" in params:
+        kwargs["number"] = 1
+    if "label" in params:
+        kwargs["label"] = "staging"
+    if "key_id" in params:
+        kwargs["key_id"] = key_id
+    if "action" in params:
+        kwargs["action"] = "discard"
+    return reverse(name, kwargs=kwargs)
+
+
+@pytest.fixture
+def world(workspace, foreign_workspace, members, harness, foreign_harness):
+    system = Actor.system("test")
+    services.label_move(actor=system, harness=harness, name="staging", version=harness.head, reason="seed")
+    own_key, _ = api_key_create(actor=system, workspace=workspace, name="own", scopes=["read"])
+    foreign_key, _ = api_key_create(actor=system, workspace=foreign_workspace, name="theirs", scopes=["read"])
+    return {"own_key": own_key, "foreign_key": foreign_key}
+
+
+def test_every_console_url_is_in_the_matrix():
+    names = set(url_names(console_urls.urlpatterns)) - PUBLIC - {"home"}
+    assert names == set(CONSOLE), "add new console URLs to the access matrix"
+
+
+def request(client, method, url):
+    return client.post(url) if method == "POST" else client.get(url)
+
+
+@pytest.mark.parametrize("name", sorted(CONSOLE))
+def test_anonymous_is_sent_to_login(client, world, name):
+    method, _ = CONSOLE[name]
+    response = request(client, method, console_url(name, "acme", "avatar", world["own_key"].pk))
+    assert response.status_code == 302 and response.url.startswith(reverse("login"))
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "approver", "admin"])
+@pytest.mark.parametrize("name", sorted(CONSOLE))
+def test_role_matrix_on_own_workspace(client, members, world, role, name):
+    client.force_login(members[role])
+    method, capability = CONSOLE[name]
+    status = request(client, method, console_url(name, "acme", "avatar", world["own_key"].pk)).status_code
+    if capability in ROLE_CAPS[role]:
+        assert status not in (401, 403, 404), f"{role} should reach {name}"
+    else:
+        assert status == 403, f"{role} must not reach {name}"
+
+
+@pytest.mark.parametrize("role", ["viewer", "admin", "outsider"])
+@pytest.mark.parametrize("name", sorted(CONSOLE))
+def test_foreign_workspace_answers_404(client, members, world, role, name):
+    client.force_login(members[role])
+    method, _ = CONSOLE[name]
+    # Their workspace, by slug.
+    assert request(client, method, console_url(name, "rival", "secret", world["foreign_key"].pk)).status_code == 404
+    # Their objects (harness, key), reached through our workspace's URL.
+    url = console_url(name, "acme", "secret", world["foreign_key"].pk)
+    if role != "outsider" and ("secret" in url or "keys/" in url and "revoke" in url):
+        status = request(client, method, url).status_code
+        _, capability = CONSOLE[name]
+        assert status == (404 if capability in ROLE_CAPS[role] else 403)
+
+
+def test_home_needs_login(client, members):
+    assert client.get(reverse("home")).status_code == 302
+    client.force_login(members["viewer"])
+    assert client.get(reverse("home")).status_code == 302  # straight to the only workspace
+
+
+# --- API -----------------------------------------------------------------------------------------
+
+API_READS = [
+    "/api/v1/harnesses",
+    "/api/v1/harnesses/{h}/versions",
+    "/api/v1/harnesses/{h}/versions/1",
+    "/api/v1/harnesses/{h}/labels/staging",
+    "/api/v1/harnesses/{h}/diff?from_ref=1&to_ref=1",
+]
+
+
+def bearer(token):
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+@pytest.fixture
+def tokens(workspace, foreign_workspace, world):
+    system = Actor.system("test")
+    out = {}
+    for scope in ("read", "write", "approve", "ingest"):
+        out[scope] = api_key_create(actor=system, workspace=workspace, name=scope, scopes=[scope])[1]
+    out["foreign"] = api_key_create(actor=system, workspace=foreign_workspace, name="f", scopes=["read", "write", "approve"])[1]
+    return out
+
+
+@pytest.mark.parametrize("path", API_READS)
+def test_api_reads(client, tokens, path):
+    url = path.format(h="avatar")
+    assert client.get(url).status_code == 401
+    assert client.get(url, **bearer("hok_deadbeef_nope")).status_code == 401
+    assert client.get(url, **bearer(tokens["read"])).status_code == 200
+    assert client.get(url, **bearer(tokens["ingest"])).status_code == 403
+    # A foreign key sees its own workspace only: our harness does not exist for it.
+    foreign = client.get(url, **bearer(tokens["foreign"]))
+    if "{h}" in path:
+        assert foreign.status_code == 404
+    else:
+        assert [h["name"] for h in foreign.json()] == ["secret"]
+
+
+def test_api_writes_need_scopes(client, tokens, harness):
+    body = json.dumps({"base_version": 1, "message": "m", "files": harness.head.files})
+    url = "/api/v1/harnesses/avatar/versions"
+    assert client.post(url, body, content_type="application/json", **bearer(tokens["read"])).status_code == 403
+    assert client.post(url, body, content_type="application/json", **bearer(tokens["foreign"])).status_code == 404
+    assert client.post(url, body, content_type="application/json", **bearer(tokens["write"])).status_code == 200
+    move = json.dumps({"version": 1, "reason": "ship"})
+    url = "/api/v1/harnesses/avatar/labels/production"
+    assert client.put(url, move, content_type="application/json", **bearer(tokens["write"])).status_code == 403
+    assert client.put(url, move, content_type="application/json", **bearer(tokens["foreign"])).status_code == 404
+    assert client.put(url, move, content_type="application/json", **bearer(tokens["approve"])).status_code == 200
