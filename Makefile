@@ -20,7 +20,7 @@ install: $(VENV)/.installed
 
 run: install
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py seed_demo
+	HARNESSOPS_URL=http://$(HOST):$(PORT) $(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 seed: install

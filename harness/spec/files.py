@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from harness.spec.canonical import HARNESS_FILE, hash_files, spec_to_dict, to_files
+from harness.spec.canonical import HARNESS_FILE, spec_to_dict, to_files
 from harness.spec.errors import SpecError, SpecInvalid
 from harness.spec.model import (
     FORMAT,
@@ -37,7 +37,7 @@ from harness.spec.model import (
 )
 from harness.spec.validate import validate
 
-__all__ = ["parse_files", "to_files", "read_dir", "write_dir", "content_hash", "spec_to_dict", "hash_files"]
+__all__ = ["parse_files", "to_files", "read_dir", "write_dir", "content_hash", "spec_to_dict"]
 
 _SKILL_FILE = re.compile(r"skills/([^/]+)/SKILL\.md")
 _TOOL_FILE = re.compile(r"tools/([^/]+)\.json")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 FORMAT = "harnessops/v1"
@@ -67,7 +68,7 @@ Scalar = str | int | float | bool
 
 
 def canonical_body(text: str) -> str:
-    """A Markdown body as the canonical file holds it: `\n` line endings, no trailing whitespace.
+    """A Markdown body as the canonical file holds it: LF line endings, no trailing whitespace.
 
     Applied when a module is built, so a spec made in code equals the spec
     read back from its own files.
@@ -239,7 +240,7 @@ class HarnessSpec:
     prompt: tuple[PromptBlock, ...] = ()
 
     def __post_init__(self) -> None:
-        by_name = lambda module: module.name  # noqa: E731
+        by_name = attrgetter("name")
         object.__setattr__(self, "variables", dict(sorted(self.variables.items())))
         object.__setattr__(self, "skills", tuple(sorted(self.skills, key=by_name)))
         object.__setattr__(self, "tools", tuple(sorted(self.tools, key=by_name)))

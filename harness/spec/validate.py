@@ -69,6 +69,7 @@ _TOOL_NAME = re.compile(r"[a-z0-9_]+(?:-[a-z0-9_]+)*")
 _VARIABLE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,8}(?:-[A-Za-z0-9]{1,8})*")
 _DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_REGISTRY_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 _HTTP_TARGET = re.compile(r"(GET|POST|PUT|PATCH|DELETE) (https://\S+)")
 _URL_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
@@ -257,8 +258,8 @@ def _check_binding(path: str, tool: Tool) -> Iterator[SpecError]:
         yield _error(path, location, "must be a string")
     elif kind == "http":
         yield from _check_http_target(path, location, target, tool.parameters)
-    elif not _DOTTED_NAME.fullmatch(target):
-        yield _error(path, location, f"{kind} target must be a dotted name such as catalogue.product_by_link_id")
+    elif not _REGISTRY_NAME.fullmatch(target):
+        yield _error(path, location, f"{kind} target must be a registered name such as catalogue.product_by_link_id")
 
 
 def _check_http_target(path: str, location: str, target: str, parameters: object) -> Iterator[SpecError]:
@@ -425,21 +426,25 @@ def _check_length(path: str, location: str, condition: Condition, scope: _Scope)
 
 
 def _check_prompt(spec: HarnessSpec, scope: _Scope) -> Iterator[SpecError]:
-    by_name = Counter(block.name for block in spec.prompt)
-    highest: tuple[int, PromptBlock] | None = None
+    names = Counter(block.name for block in spec.prompt)
     for block in spec.prompt:
-        path = prompt_path(block)
-        if by_name[block.name] > 1:
-            yield SpecError(path, f"duplicate prompt block name {block.name!r}")
+        if names[block.name] > 1:
+            yield SpecError(prompt_path(block), f"{names[block.name]} prompt blocks share the name {block.name!r}")
         yield from _check_block(block, scope)
+    yield from _check_tier_order(spec.prompt)
+
+
+def _check_tier_order(blocks: tuple[PromptBlock, ...]) -> Iterator[SpecError]:
+    """Tiers never decrease along the order, so the static prefix is the same bytes for every room and turn."""
+    highest: PromptBlock | None = None
+    for block in blocks:
         if block.cache_tier not in CACHE_TIERS:
-            continue
-        tier = CACHE_TIERS.index(block.cache_tier)
-        if highest is not None and tier < highest[0]:
-            yield _error(path, "cache_tier", f"{block.cache_tier} block after the {highest[1].cache_tier} block "
-                         f"{prompt_path(highest[1])}: tiers must go static, session, turn")
-        if highest is None or tier > highest[0]:
-            highest = (tier, block)
+            continue  # reported by _check_block
+        if highest and CACHE_TIERS.index(block.cache_tier) < CACHE_TIERS.index(highest.cache_tier):
+            yield _error(prompt_path(block), "cache_tier", f"a {block.cache_tier} block after the {highest.cache_tier} "
+                         f"block {prompt_path(highest)}: tiers must go static, session, turn")
+        else:
+            highest = block
 
 
 def _check_block(block: PromptBlock, scope: _Scope) -> Iterator[SpecError]:

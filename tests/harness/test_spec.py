@@ -670,6 +670,23 @@ def test_generated_specs_round_trip_through_files(spec):
 
 
 @PROPERTY_SETTINGS
+@given(st.sampled_from(sorted(BASE_FILES)), st.integers(0, 10**4), st.integers(0, 20), _text, st.data())
+def test_any_edit_parses_to_a_canonical_spec_or_raises_spec_invalid(path, at, cut, insert, data):
+    files = dict(BASE_FILES)
+    text = files[path]
+    at %= len(text) + 1
+    files[path] = text[:at] + insert + text[at + cut:]
+    if data.draw(st.booleans()):
+        files[data.draw(_text)] = data.draw(_text)
+    try:
+        spec = parse_files(files)
+    except SpecInvalid as invalid:
+        assert invalid.errors and all(error.message for error in invalid.errors)
+        return
+    assert to_files(parse_files(to_files(spec))) == to_files(spec)
+
+
+@PROPERTY_SETTINGS
 @given(valid_specs())
 def test_diff_of_a_spec_with_itself_is_empty(spec):
     diff = diff_specs(spec, spec)
