@@ -1,0 +1,85 @@
+"""Assembling the model's messages for one turn.
+
+Static and session prompt blocks form the system message, identical for every
+viewer of a room, so a serving engine's prefix cache covers it; turn blocks
+(item on screen, recent dialogue) and the viewer's message come last, in the
+user message. Loaded skills and tool results are appended, never inserted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from harness.runtime.turn import TurnInput
+from harness.spec import HarnessSpec
+from harness.spec.prompt import skills_catalogue, tools_catalogue
+from harness.spec.template import render_template
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+
+
+def strip_reasoning(text: str) -> str:
+    """Drop `<think>…</think>` (and an unclosed `<think>…` at the end) from a model's reply."""
+    return _THINK.sub("", text or "").strip()
+
+
+def room_values(turn: TurnInput, now: datetime | None = None) -> dict[str, str]:
+    """The runtime template variables (session and turn tiers) for this turn."""
+    room = turn.room
+    currency = room.currency or ""
+    catalogue = "\n".join(
+        f"- {p.get('link_id')} · {p.get('name')} · {p.get('category', '')} · {currency}{p.get('price')}"
+        for p in room.products
+    ) or "(no products listed)"
+    faq = "\n".join(f"Q: {e.get('q')}\nA: {e.get('a')}" for e in room.faq) or "(no FAQ)"
+    on_screen = room.product(room.on_screen) if room.on_screen else None
+    dialogue = "\n".join(f"{who}: {text}" for who, text in turn.recent_dialogue) or "(none)"
+    return {
+        "room_title": room.title or room.room_id,
+        "room_catalogue": catalogue,
+        "room_faq": faq,
+        "product_on_screen": f"{on_screen['link_id']} · {on_screen.get('name')}" if on_screen else "(none)",
+        "viewer_id": turn.viewer_id,
+        "recent_dialogue": dialogue,
+        "now": (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def assemble_messages(spec: HarnessSpec, turn: TurnInput, now: datetime | None = None) -> list[dict[str, Any]]:
+    values = {
+        **room_values(turn, now),
+        **asdict(spec.settings),
+        **spec.variables,
+        "skills_catalogue": skills_catalogue(spec),
+        "tools_catalogue": tools_catalogue(spec),
+    }
+    system = [render_template(b.template, values) for b in spec.prompt if b.cache_tier != "turn"]
+    dynamic = [render_template(b.template, values) for b in spec.prompt if b.cache_tier == "turn"]
+    user = "\n\n".join([*dynamic, f"[viewer {turn.viewer_id}] {turn.message}"])
+    return [{"role": "system", "content": "\n\n".join(system)}, {"role": "user", "content": user}]
+
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _numbers(text: str) -> list[str]:
+    found = []
+    for raw in _NUMBER.findall(text or ""):
+        cleaned = raw.replace(",", "")
+        try:
+            value = float(cleaned)
+        except ValueError:
+            continue
+        found.append(f"{value:g}")
+    return found
+
+
+def ungrounded_numbers(reply: str, messages: list[dict[str, Any]]) -> list[str]:
+    """Numbers in the reply that appear nowhere in what the model was given (prompt, viewer, tool results)."""
+    grounded = set()
+    for message in messages:
+        grounded.update(_numbers(str(message.get("content") or "")))
+    return [n for n in dict.fromkeys(_numbers(reply)) if n not in grounded]

@@ -1,0 +1,61 @@
+"""What one viewer message brings to the runtime, and what the runtime returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RoomContext:
+    """A live room as the platform describes it: catalogue, item on screen, FAQ, promotions, orders."""
+
+    room_id: str
+    title: str = ""
+    products: tuple[Mapping[str, Any], ...] = ()
+    on_screen: str | None = None
+    faq: tuple[Mapping[str, Any], ...] = ()
+    promotions: tuple[Mapping[str, Any], ...] = ()
+    orders: tuple[Mapping[str, Any], ...] = ()
+    currency: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RoomContext:
+        return cls(
+            room_id=str(data.get("room_id", "")),
+            title=str(data.get("title", "")),
+            products=tuple(data.get("products") or ()),
+            on_screen=data.get("on_screen"),
+            faq=tuple(data.get("faq") or ()),
+            promotions=tuple(data.get("promotions") or ()),
+            orders=tuple(data.get("orders") or ()),
+            currency=str(data.get("currency", "")),
+        )
+
+    def product(self, link_id: str) -> Mapping[str, Any] | None:
+        return next((p for p in self.products if p.get("link_id") == link_id), None)
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    message: str
+    viewer_id: str
+    room: RoomContext
+    # (speaker, text) pairs, oldest first; speaker is "viewer" or "assistant".
+    recent_dialogue: tuple[tuple[str, str], ...] = ()
+
+
+OUTCOMES = ("replied", "silent", "fallback", "deadline", "error")
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    reply: str
+    silent: bool
+    outcome: str  # one of OUTCOMES
+    trace: dict[str, Any] = field(compare=False)
+
+    @property
+    def latency_ms(self) -> float:
+        return self.trace["duration_ms"]

@@ -1,0 +1,52 @@
+"""The model-backend contract the agent runtime calls. Pure Python: no Django.
+
+A backend takes OpenAI-style chat messages and tool definitions and returns one
+assistant message: text and/or tool calls, plus the numbers the trace records.
+Backends never raise for model-side trouble they can describe; they raise
+`BackendError` (the runtime records it and falls back) and let
+`asyncio.CancelledError` through (the runtime's deadline uses cancellation).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+class BackendError(RuntimeError):
+    """The model could not answer (connection, HTTP status, timeout, bad response)."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it; may be malformed
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""  # separated reasoning (vLLM's reasoning parser); inline <think> stays in content
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None  # time to first token, when the call streamed
+    finish_reason: str = "stop"
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@runtime_checkable
+class ModelBackend(Protocol):
+    name: str
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        tool_choice: str = "auto",
+    ) -> ModelResponse:
+        """One assistant turn. Implementations stream internally when they can, to fill `ttft_ms`."""
+        ...

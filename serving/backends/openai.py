@@ -1,0 +1,247 @@
+"""A backend for any OpenAI-compatible chat-completions server: vLLM in production, or
+`serving.openai_compat` wrapping another backend (tests, benchmarks, the CPU stand-in).
+
+Streaming is the default so the trace gets a real time-to-first-token; vLLM's reasoning parser puts
+thinking in `delta.reasoning` (older releases: `reasoning_content`) and its tool parser streams
+`delta.tool_calls` in pieces keyed by `index`, which are put back together here.
+"""
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from serving.backends.base import BackendError, ModelResponse, ToolCall
+from serving.backends.registry import register_backend
+
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_BODY_EXCERPT = 300
+
+
+class _RetryableError(Exception):
+    """A failed attempt that another attempt may fix (connect error, 429, 5xx)."""
+
+
+@register_backend("openai")
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        stream: bool = True,
+        extra_body: dict[str, Any] | None = None,
+        *,
+        backoff_s: float = 0.25,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        """`base_url` includes the API prefix (`http://host:8000/v1`), as with the openai client.
+        `extra_body` is merged into every request (e.g. `chat_template_kwargs`, `cache_salt`).
+        `retries` counts attempts after the first; `transport` is for tests."""
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.stream = stream
+        self.extra_body = dict(extra_body or {})
+        self.backoff_s = backoff_s
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # A client's connection pool belongs to the event loop it was created on; code that calls
+        # asyncio.run per job (Celery tasks, tests) would otherwise reuse a pool of a closed loop.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop or self._client.is_closed:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, transport=self._transport)
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
+        self._client_loop = None
+
+    def request_body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int,
+        temperature: float, tool_choice: str,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": temperature, "stream": self.stream}
+        if tools:  # vLLM refuses tool_choice without tools
+            body["tools"] = tools
+            body["tool_choice"] = tool_choice
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_body)
+        return body
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        tool_choice: str = "auto",
+    ) -> ModelResponse:
+        body = self.request_body(messages, tools, max_tokens=max_tokens, temperature=temperature,
+                                 tool_choice=tool_choice)
+        started = time.perf_counter()  # latency and ttft include retries: what the caller waited
+        for attempt in range(self.retries + 1):
+            try:
+                if self.stream:
+                    return await self._complete_streaming(body, started)
+                return await self._complete_json(body, started)
+            except _RetryableError as error:
+                if attempt == self.retries:
+                    raise BackendError(f"{error} (after {attempt + 1} attempts)") from error
+                await asyncio.sleep(self.backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _post_error(self, response: httpx.Response) -> Exception:
+        await response.aread()
+        excerpt = response.text[:_BODY_EXCERPT]
+        message = f"{self.base_url}/chat/completions answered HTTP {response.status_code}: {excerpt}"
+        return _RetryableError(message) if response.status_code in _RETRY_STATUSES else BackendError(message)
+
+    def _transport_error(self, error: httpx.HTTPError) -> Exception:
+        message = f"{self.base_url}/chat/completions: {type(error).__name__}: {error}"
+        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+            return _RetryableError(message)
+        return BackendError(message)
+
+    async def _complete_json(self, body: dict[str, Any], started: float) -> ModelResponse:
+        try:
+            response = await self._http().post(f"{self.base_url}/chat/completions", json=body)
+            if response.status_code != 200:
+                raise await self._post_error(response)
+            payload = response.json()
+        except httpx.HTTPError as error:
+            raise self._transport_error(error) from error
+        except ValueError as error:
+            raise BackendError(f"chat completion is not JSON: {error}") from error
+        return _response_from_json(payload, latency_ms=(time.perf_counter() - started) * 1000)
+
+    async def _complete_streaming(self, body: dict[str, Any], started: float) -> ModelResponse:
+        stream = _StreamState()
+        try:
+            async with self._http().stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    raise await self._post_error(response)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue  # blank separators, `event:` and `:` keep-alive comments
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError as error:
+                        raise BackendError(f"malformed stream chunk {data[:_BODY_EXCERPT]!r}") from error
+                    if stream.add(chunk) and stream.ttft_ms is None:
+                        stream.ttft_ms = (time.perf_counter() - started) * 1000
+        except httpx.HTTPError as error:
+            raise self._transport_error(error) from error
+        return stream.response(latency_ms=(time.perf_counter() - started) * 1000)
+
+
+class _StreamState:
+    """Accumulates chat.completion.chunk objects into one ModelResponse."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] = {}
+        self.finish_reason = "stop"
+        self.ttft_ms: float | None = None
+        self.meta: dict[str, Any] = {}
+
+    def add(self, chunk: dict[str, Any]) -> bool:
+        """Take one chunk; True when it carried model output (content, reasoning or a tool call)."""
+        if "error" in chunk:  # vLLM reports failures after the 200 as an error chunk
+            raise BackendError(f"stream error: {json.dumps(chunk['error'])[:_BODY_EXCERPT]}")
+        self.meta.setdefault("id", chunk.get("id"))
+        self.meta.setdefault("model", chunk.get("model"))
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        produced = False
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(delta["content"])
+                produced = True
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            if reasoning:
+                self.reasoning.append(reasoning)
+                produced = True
+            for piece in delta.get("tool_calls") or ():
+                self._add_tool_piece(piece)
+                produced = True
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return produced
+
+    def _add_tool_piece(self, piece: dict[str, Any]) -> None:
+        index = piece.get("index", len(self.calls))
+        call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        if piece.get("id"):
+            call["id"] = piece["id"]
+        function = piece.get("function") or {}
+        name = function.get("name")
+        if name and name != call["name"]:  # some servers repeat the name in every piece
+            call["name"] += name
+        arguments = function.get("arguments")
+        if arguments:
+            call["arguments"].append(arguments if isinstance(arguments, str) else json.dumps(arguments))
+
+    def response(self, *, latency_ms: float) -> ModelResponse:
+        calls = tuple(
+            ToolCall(id=call["id"] or f"call_{index}", name=call["name"], arguments="".join(call["arguments"]))
+            for index, call in sorted(self.calls.items())
+        )
+        return ModelResponse(
+            content="".join(self.content), reasoning="".join(self.reasoning), tool_calls=calls,
+            tokens_in=int(self.usage.get("prompt_tokens") or 0),
+            tokens_out=int(self.usage.get("completion_tokens") or 0),
+            latency_ms=latency_ms, ttft_ms=self.ttft_ms, finish_reason=self.finish_reason,
+            raw={**self.meta, "usage": self.usage},
+        )
+
+
+def _response_from_json(payload: dict[str, Any], *, latency_ms: float) -> ModelResponse:
+    try:
+        choice = payload["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError) as error:
+        raise BackendError(f"chat completion without a message: {json.dumps(payload)[:_BODY_EXCERPT]}") from error
+    calls = []
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {}
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(ToolCall(id=call.get("id") or f"call_{index}", name=function.get("name", ""),
+                              arguments=arguments))
+    usage = payload.get("usage") or {}
+    return ModelResponse(
+        content=message.get("content") or "",
+        reasoning=message.get("reasoning") or message.get("reasoning_content") or "",
+        tool_calls=tuple(calls),
+        tokens_in=int(usage.get("prompt_tokens") or 0),
+        tokens_out=int(usage.get("completion_tokens") or 0),
+        latency_ms=latency_ms,
+        finish_reason=choice.get("finish_reason") or "stop",
+        raw=payload,
+    )

@@ -1,0 +1,410 @@
+"""The agent loop with a scripted model: every hook action, bounds, tools, deadline, baseline."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from harness.runtime import (
+    RoomContext,
+    ToolError,
+    ToolRegistry,
+    TurnInput,
+    react_baseline_spec,
+    run_turn,
+    stream_turn,
+)
+from harness.spec import HarnessSpec, Settings, validate
+from harness.spec.model import Condition, Hook, PromptBlock, Skill, Tool, ToolBinding
+from serving.backends import ModelResponse, ToolCall
+from serving.backends.scripted import ScriptedBackend
+
+ROOM = RoomContext.from_dict({
+    "room_id": "r1", "title": "Test room", "currency": "$", "on_screen": "L001",
+    "products": [{"link_id": "L001", "name": "Wool Sweater", "price": 89.0, "promo_price": 71.2},
+                 {"link_id": "L002", "name": "Silk Scarf", "price": 35.0}],
+    "faq": [{"q": "Shipping?", "a": "Ships in 2 days."}],
+    "orders": [{"order_id": "O000001", "viewer_id": "v1", "status": "shipped"}],
+})
+TURN = TurnInput(message="how much is the sweater?", viewer_id="v1", room=ROOM)
+PARAMS = {"type": "object", "properties": {"link_id": {"type": "string", "pattern": "^L\\d{3}$"}},
+          "required": ["link_id"]}
+
+
+def tool(name, target=None, timeout_ms=500, retries=0):
+    return Tool(name=name, description=f"{name} tool", parameters=PARAMS,
+                binding=ToolBinding("builtin", target or f"test.{name}"), timeout_ms=timeout_ms, retries=retries)
+
+
+def hook(name, event, condition, action, message="", max_retries=0, matcher="*", priority=100, rewrite=None):
+    return Hook(name=name, event=event, matcher=matcher, condition=condition, action=action, message=message,
+                max_retries=max_retries, priority=priority, rewrite=rewrite)
+
+
+def make_spec(*, hooks=(), tools=(), skills=(), settings=None) -> HarnessSpec:
+    spec = HarnessSpec(
+        description="test",
+        settings=settings or Settings(max_turns=4, reply_max_chars=60, deadline_s=5, max_hook_retries=2,
+                                      fallback_reply="One moment please!"),
+        skills=tuple(skills), tools=tuple(tools), hooks=tuple(hooks),
+        prompt=(PromptBlock(order=0, name="persona", template="You sell things. {{ skills_catalogue }}",
+                            variables=("skills_catalogue",)),
+                PromptBlock(order=10, name="room", cache_tier="session", variables=("room_catalogue",),
+                            template="{{ room_catalogue }}"),
+                PromptBlock(order=20, name="now", cache_tier="turn", variables=("product_on_screen",),
+                            template="On screen: {{ product_on_screen }}")),
+    )
+    assert validate(spec) == [], validate(spec)
+    return spec
+
+
+def call(name, args, id="c1"):
+    return ToolCall(id=id, name=name, arguments=args if isinstance(args, str) else json.dumps(args))
+
+
+def run(spec, backend, tools=None, turn=TURN, **kw):
+    return asyncio.run(run_turn(spec, turn, backend, tools or ToolRegistry(), **kw))
+
+
+def steps(result, kind):
+    return [s for s in result.trace["steps"] if s["kind"] == kind]
+
+
+def info(args, ctx):
+    product = ctx.room.product(args["link_id"])
+    if product is None:
+        raise ToolError("no such product")
+    return dict(product)
+
+
+# --- replies, prompt assembly, reasoning -----------------------------------------------------------
+
+def test_plain_reply_and_prompt_layout():
+    backend = ScriptedBackend(["<think>price is in the catalogue</think>It is $89, now $71.2!"])
+    result = run(make_spec(), backend)
+    assert (result.outcome, result.reply, result.silent) == ("replied", "It is $89, now $71.2!", False)
+    messages = backend.calls[0].messages
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert "L001 · Wool Sweater" in messages[0]["content"]  # session tier in the cached system prompt
+    assert "On screen: L001" in messages[1]["content"] and "how much" in messages[1]["content"]  # turn tier last
+    model = steps(result, "model")[0]
+    assert "think" in model["content"] and result.trace["schema"] == "harnessops.trace/v1"
+    json.dumps(result.trace)  # JSON-serialisable
+
+
+def test_unclosed_reasoning_is_stripped_too():
+    result = run(make_spec(), ScriptedBackend(["Sure!<think>still thinking"]))
+    assert result.reply == "Sure!"
+
+
+# --- input hooks -----------------------------------------------------------------------------------
+
+def test_input_block_is_a_silent_refusal_without_calling_the_model():
+    spec = make_spec(hooks=[hook("spam", "input", Condition.regex("message", r"https?://"), "block")])
+    backend = ScriptedBackend([])
+    result = run(spec, backend, turn=TurnInput(message="win at http://spam.example", viewer_id="v", room=ROOM))
+    assert (result.outcome, result.silent, result.reply) == ("silent", True, "")
+    assert backend.calls == [] and result.trace["hooks_fired"] == ["spam"]
+
+
+def test_input_allow_stops_later_hooks_and_fallback_answers():
+    spec = make_spec(hooks=[
+        hook("vip", "input", Condition.cel('viewer_id == "vip"'), "allow", priority=1),
+        hook("long", "input", Condition.length("message", max=5), "fallback", message="Too long, sorry!"),
+    ])
+    vip = run(spec, ScriptedBackend(["hi"]), turn=TurnInput(message="a long message", viewer_id="vip", room=ROOM))
+    assert vip.outcome == "replied"
+    other = run(spec, ScriptedBackend([]), turn=TurnInput(message="a long message", viewer_id="x", room=ROOM))
+    assert (other.outcome, other.reply) == ("fallback", "Too long, sorry!")
+
+
+# --- reply hooks -----------------------------------------------------------------------------------
+
+def test_reply_rewrite_truncates_to_the_limit():
+    spec = make_spec(hooks=[hook("len", "reply", Condition.length("reply", max="reply_max_chars"), "rewrite")])
+    result = run(spec, ScriptedBackend(["word " * 40]))
+    assert result.outcome == "replied" and len(result.reply) <= 60 and result.reply.endswith("…")
+
+
+def test_reply_rewrite_with_pattern():
+    spec = make_spec(hooks=[hook("no-md", "reply", Condition.regex("reply", r"\*\*"), "rewrite",
+                                 rewrite={"pattern": r"\*\*", "replacement": ""})])
+    assert run(spec, ScriptedBackend(["**Great** pick"])).reply == "Great pick"
+
+
+def test_reply_block_is_silent():
+    spec = make_spec(hooks=[hook("secret", "reply", Condition.regex("reply", "system prompt", "i"), "block")])
+    result = run(spec, ScriptedBackend(["My System Prompt says..."]))
+    assert result.silent and result.outcome == "silent"
+
+
+def test_retry_with_feedback_then_success():
+    spec = make_spec(hooks=[hook("polite", "reply", Condition.regex("reply", "^(?!Hi)"), "retry_with_feedback",
+                                 message="Start with Hi.", max_retries=2)])
+    backend = ScriptedBackend(["Price is 89.", "Hi! It is 89."])
+    result = run(spec, backend)
+    assert (result.outcome, result.reply) == ("replied", "Hi! It is 89.")
+    second = backend.calls[1].messages
+    assert second[-2] == {"role": "assistant", "content": "Price is 89."}
+    assert "Start with Hi." in second[-1]["content"]
+    assert [s["hook"] for s in steps(result, "retry")] == ["polite"]
+
+
+def test_retry_is_bounded_by_the_hook_then_falls_back():
+    spec = make_spec(hooks=[hook("never", "reply", Condition.always(), "retry_with_feedback", "no", max_retries=1)])
+    backend = ScriptedBackend(["a", "b", "c", "d"])
+    result = run(spec, backend)
+    assert (result.outcome, result.reply) == ("fallback", "One moment please!")
+    assert len(backend.calls) == 2  # first try + one retry
+    assert "retries exhausted" in result.trace["reason"]
+
+
+def test_retry_is_bounded_globally_by_max_hook_retries():
+    spec = make_spec(
+        hooks=[hook("a", "reply", Condition.regex("reply", "^a"), "retry_with_feedback", "x", max_retries=5),
+               hook("b", "reply", Condition.regex("reply", "^b"), "retry_with_feedback", "y", max_retries=5)],
+        settings=Settings(max_hook_retries=1, fallback_reply="fb", deadline_s=5))
+    backend = ScriptedBackend(["a1", "b1", "ok"])
+    result = run(spec, backend)
+    assert result.outcome == "fallback" and len(backend.calls) == 2
+
+
+def test_reply_fallback_action_uses_hook_message_or_setting():
+    spec = make_spec(hooks=[hook("medical", "reply", Condition.regex("reply", "cure", "i"), "fallback",
+                                 message="Please ask a doctor.")])
+    assert run(spec, ScriptedBackend(["It cures colds"])).reply == "Please ask a doctor."
+    spec = make_spec(hooks=[hook("m", "reply", Condition.always(), "fallback")])
+    assert run(spec, ScriptedBackend(["x"])).reply == "One moment please!"
+
+
+def test_required_reply_skill_and_load_skill():
+    skills = [Skill(name="product-qa", description="Answer product questions.", kind="reply",
+                    body="Always quote the promo price."),
+              Skill(name="triage", description="Split multi-intent messages.", kind="strategy", body="Split.")]
+    spec = make_spec(skills=skills, hooks=[hook("need-skill", "reply", Condition.cel("size(loaded_reply_skills) == 0"),
+                                                "retry_with_feedback", "Load a reply skill first.", max_retries=1)])
+    backend = ScriptedBackend([
+        "It is 89.",  # no skill loaded → feedback
+        ModelResponse(tool_calls=(call("load_skill", {"name": "triage"}, "s0"), call("load_skill", {"name": "product-qa"}, "s1"))),
+        "Now 71.2!",
+    ])
+    result = run(spec, backend)
+    assert (result.outcome, result.reply) == ("replied", "Now 71.2!")
+    assert result.trace["skills_loaded"] == ["triage", "product-qa"]
+    tool_messages = [m for m in backend.calls[2].messages if m["role"] == "tool"]
+    assert tool_messages[1]["content"] == "Always quote the promo price."
+    offered = {t["function"]["name"] for t in backend.calls[0].tools}
+    assert "load_skill" in offered
+
+
+def test_factual_risk_uses_ungrounded_numbers():
+    spec = make_spec(hooks=[hook("facts", "reply", Condition.cel("size(ungrounded_numbers) > 0"),
+                                 "retry_with_feedback", "Only numbers from tools.", max_retries=1)])
+    backend = ScriptedBackend(["Only $19.99 today!", "It is $89 and on promo."])
+    result = run(spec, backend)
+    assert result.reply == "It is $89 and on promo."  # 89 is in the room catalogue, 19.99 is not
+    assert steps(result, "retry")[0]["rejected_reply"] == "Only $19.99 today!"
+
+
+# --- tools and tool hooks --------------------------------------------------------------------------
+
+def test_tool_call_result_reaches_the_model():
+    spec = make_spec(tools=[tool("info")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("info", {"link_id": "L002"}),)), "Scarf is 35."])
+    result = run(spec, backend, ToolRegistry({"test.info": info}))
+    tool_message = backend.calls[1].messages[-1]
+    assert tool_message["role"] == "tool" and json.loads(tool_message["content"])["name"] == "Silk Scarf"
+    assert steps(result, "tool")[0]["result"]["price"] == 35.0 and result.trace["tools_called"] == ["info"]
+
+
+def test_independent_tool_calls_run_in_parallel():
+    async def slow(args, ctx):
+        await asyncio.sleep(0.3)
+        return {"ok": args["link_id"]}
+
+    spec = make_spec(tools=[tool("a"), tool("b")])
+    calls = (call("a", {"link_id": "L001"}, "1"), call("b", {"link_id": "L002"}, "2"))
+    started = time.perf_counter()
+    result = run(spec, ScriptedBackend([ModelResponse(tool_calls=calls), "done"]),
+                 ToolRegistry({"test.a": slow, "test.b": slow}))
+    assert result.outcome == "replied" and time.perf_counter() - started < 0.55
+
+
+def test_tool_timeout_retries_then_reports_error():
+    attempts = []
+
+    async def hang(args, ctx):
+        attempts.append(1)
+        await asyncio.sleep(5)
+
+    spec = make_spec(tools=[tool("slow", timeout_ms=100, retries=1)])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("slow", {"link_id": "L001"}),)), "Sorry, checking."])
+    result = run(spec, backend, ToolRegistry({"test.slow": hang}))
+    step = steps(result, "tool")[0]
+    assert step["error"] == "timed out after 100 ms" and step["attempts"] == 2 and len(attempts) == 2
+    assert "timed out" in backend.calls[1].messages[-1]["content"]
+    assert result.outcome == "replied"
+
+
+@pytest.mark.parametrize("arguments, expected", [
+    ("{not json", "arguments are not valid JSON"),
+    ('["L001"]', "arguments must be a JSON object"),
+    ('{"link_id": "banana"}', "invalid arguments: link_id"),
+])
+def test_malformed_or_invalid_arguments_become_tool_errors(arguments, expected):
+    spec = make_spec(tools=[tool("info")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("info", arguments),)), "ok"])
+    result = run(spec, backend, ToolRegistry({"test.info": info}))
+    assert expected in steps(result, "tool")[0]["error"] and result.outcome == "replied"
+
+
+def test_unknown_tool_unregistered_binding_and_bad_output():
+    spec = make_spec(tools=[tool("info"), tool("ghost"), tool("weird")])
+    calls = (call("nope", {}, "1"), call("ghost", {"link_id": "L001"}, "2"), call("weird", {"link_id": "L001"}, "3"))
+    result = run(spec, ScriptedBackend([ModelResponse(tool_calls=calls), "ok"]),
+                 ToolRegistry({"test.weird": lambda a, c: {"x": object()}}))
+    errors = [s["error"] for s in steps(result, "tool")]
+    assert "unknown tool 'nope'" in errors[0]
+    assert "no builtin binding named 'test.ghost'" in errors[1]
+    assert result.outcome == "replied"
+
+
+def test_unserialisable_output_is_malformed():
+    spec = make_spec(tools=[tool("weird")])
+    result = run(spec, ScriptedBackend([ModelResponse(tool_calls=(call("weird", {"link_id": "L001"}),)), "ok"]),
+                 ToolRegistry({"test.weird": lambda a, c: {1, 2}}))
+    assert "malformed tool output" in steps(result, "tool")[0]["error"]
+
+
+def test_permission_denied_reaches_the_model():
+    from harness.runtime.demo_tools import get_order_status  # noqa: F401  (registers demo.get_order_status)
+
+    order_tool = Tool(name="get_order_status", description="order", binding=ToolBinding("builtin", "demo.get_order_status"),
+                      parameters={"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]})
+    spec = make_spec(tools=[order_tool])
+    turn = TurnInput(message="where is my order", viewer_id="someone-else", room=ROOM)
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("get_order_status", {"order_id": "O000001"}),)), "Sorry"])
+    result = run(spec, backend, turn=turn)
+    assert steps(result, "tool")[0]["error"].startswith("permission denied")
+
+
+def test_pre_tool_deny_never_runs_the_tool():
+    ran = []
+    spec = make_spec(tools=[tool("coupon")], hooks=[
+        hook("cap", "pre_tool", Condition.cel('args.link_id == "L001"'), "deny", "Not for this item.", matcher="coupon")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("coupon", {"link_id": "L001"}),)), "No coupon, sorry."])
+    result = run(spec, backend, ToolRegistry({"test.coupon": lambda a, c: ran.append(1) or {"code": "X"}}))
+    assert ran == [] and json.loads(backend.calls[1].messages[-1]["content"]) == {"error": "Not for this item."}
+    assert steps(result, "tool")[0]["denied_by"] == "cap"
+
+
+def test_pre_tool_matcher_limits_hooks_to_named_tools():
+    spec = make_spec(tools=[tool("info"), tool("coupon")], hooks=[
+        hook("cap", "pre_tool", Condition.always(), "deny", "no", matcher="coupon")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("info", {"link_id": "L001"}),)), "fine"])
+    result = run(spec, backend, ToolRegistry({"test.info": info}))
+    assert "error" not in steps(result, "tool")[0] or not steps(result, "tool")[0]["error"]
+
+
+def test_post_tool_feedback_and_fallback():
+    spec = make_spec(tools=[tool("info")], hooks=[
+        hook("err", "post_tool", Condition.cel('error != ""'), "retry_with_feedback", "Fix the id.", max_retries=1)])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("info", {"link_id": "L999"}),)), "ok"])
+    run(spec, backend, ToolRegistry({"test.info": info}))
+    content = json.loads(backend.calls[1].messages[-1]["content"])
+    assert content == {"error": "no such product", "feedback": "Fix the id."}
+
+    spec = make_spec(tools=[tool("info")], hooks=[hook("stop", "post_tool", Condition.always(), "fallback", "Host will answer.")])
+    result = run(spec, ScriptedBackend([ModelResponse(tool_calls=(call("info", {"link_id": "L001"}),))]),
+                 ToolRegistry({"test.info": info}))
+    assert (result.outcome, result.reply) == ("fallback", "Host will answer.")
+
+
+def test_max_turns_forces_an_answer_then_falls_back():
+    spec = make_spec(tools=[tool("info")], settings=Settings(max_turns=2, fallback_reply="fb", deadline_s=5))
+    looping = ModelResponse(tool_calls=(call("info", {"link_id": "L001"}),))
+    backend = ScriptedBackend([looping, looping, looping])
+    result = run(spec, backend, ToolRegistry({"test.info": info}))
+    assert [c.tool_choice for c in backend.calls] == ["auto", "none"]
+    assert result.outcome == "fallback" and "still calling tools" in result.trace["reason"]
+
+
+# --- deadline, backend failure, never raising -------------------------------------------------------
+
+def test_deadline_returns_fallback_on_time():
+    spec = make_spec(settings=Settings(deadline_s=1, fallback_reply="Give me a second!"))
+    started = time.perf_counter()
+    result = run(spec, ScriptedBackend(["late"], delay_s=3))
+    assert time.perf_counter() - started < 1.5
+    assert (result.outcome, result.reply) == ("deadline", "Give me a second!")
+
+
+def test_backend_error_falls_back_without_raising():
+    result = run(make_spec(), ScriptedBackend([]))  # exhausted script raises BackendError
+    assert result.outcome == "error" and result.reply == "One moment please!"
+    assert "model backend" in result.trace["reason"]
+
+
+def test_a_bug_in_a_binding_does_not_escape():
+    def boom(args, ctx):
+        raise RuntimeError("kaput")
+
+    spec = make_spec(tools=[tool("info")])
+    result = run(spec, ScriptedBackend([ModelResponse(tool_calls=(call("info", {"link_id": "L001"}),)), "ok"]),
+                 ToolRegistry({"test.info": boom}))
+    assert steps(result, "tool")[0]["error"] == "RuntimeError: kaput" and result.outcome == "replied"
+
+
+def test_cel_error_at_runtime_is_recorded_not_raised():
+    spec = make_spec(hooks=[hook("typo", "reply", Condition.cel("reply > 3"), "block")])
+    result = run(spec, ScriptedBackend(["hello"]))
+    assert result.outcome == "replied"
+    assert steps(result, "hook")[0]["error"]
+
+
+# --- streaming and the baseline --------------------------------------------------------------------
+
+def test_stream_releases_deltas_after_hooks_then_final():
+    spec = make_spec(hooks=[hook("len", "reply", Condition.length("reply", max=20), "rewrite")])
+
+    async def collect():
+        return [e async for e in stream_turn(spec, TURN, ScriptedBackend(["a very long reply " * 5]), chunk_chars=8)]
+
+    events = asyncio.run(collect())
+    deltas = "".join(e["text"] for e in events if e["type"] == "delta")
+    assert events[-1]["type"] == "final" and deltas == events[-1]["reply"] and len(deltas) <= 20
+
+
+def test_react_baseline_uses_same_tools_without_skills_or_hooks(demo_files):
+    from harness.spec import parse_files
+
+    demo = parse_files(demo_files)
+    baseline = react_baseline_spec(demo)
+    assert validate(baseline) == []
+    assert baseline.tools == demo.tools and baseline.skills == () and baseline.hooks == ()
+    backend = ScriptedBackend(["Sure, it is $89."])
+    result = run(baseline, backend)
+    assert result.outcome == "replied"
+    offered = {t["function"]["name"] for t in backend.calls[0].tools}
+    assert offered == {t.name for t in demo.tools}  # no load_skill
+
+
+def test_demo_harness_end_to_end(demo_files):
+    from harness.spec import parse_files
+
+    demo = parse_files(demo_files)
+    room = RoomContext.from_dict(json.loads(open("harness/demo/room.json").read()))
+    turn = TurnInput(message="How much is L001 now?", viewer_id="v_anna88", room=room)
+    backend = ScriptedBackend([
+        ModelResponse(tool_calls=(call("load_skill", {"name": "product-qa"}, "a"),
+                                  call("get_product_info_by_link_id", {"link_id": "L001"}, "b"))),
+        "The Merino Crew-Neck Sweater is $71.2 right now, down from $89.",
+    ])
+    result = asyncio.run(run_turn(demo, turn, backend))
+    assert result.outcome == "replied", result.trace
+    assert result.trace["skills_loaded"] == ["product-qa"]
+    assert result.trace["tools_called"] == ["load_skill", "get_product_info_by_link_id"]
+    spam = asyncio.run(run_turn(demo, TurnInput(message="follow4follow check my channel", viewer_id="x", room=room),
+                                ScriptedBackend([])))
+    assert spam.silent and spam.outcome == "silent"
