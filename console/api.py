@@ -1,6 +1,6 @@
 """The platform API: wires each package's router and maps domain errors to clear 4xx answers."""
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
@@ -8,7 +8,9 @@ from ninja.errors import ValidationError as NinjaValidationError
 from harness.api import router as harness_router
 from harness.services import CommitConflict, StoreError
 from harness.spec import SpecInvalid
+from serving.api import router as serving_router
 from serving.auth import ApiKeyAuth
+from serving.services import ReplyRequestError
 
 api = NinjaAPI(
     title="HarnessOps platform API",
@@ -18,6 +20,7 @@ api = NinjaAPI(
     docs_url="/docs",
 )
 api.add_router("/v1", harness_router)
+api.add_router("/v1", serving_router)
 
 
 @api.exception_handler(SpecInvalid)
@@ -36,8 +39,14 @@ def _conflict(request, exc: CommitConflict):
 
 
 @api.exception_handler(StoreError)
-def _store_error(request, exc: StoreError):
+@api.exception_handler(ReplyRequestError)
+def _store_error(request, exc: Exception):
     return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
+
+
+@api.exception_handler(ImproperlyConfigured)
+def _misconfigured(request, exc):
+    return api.create_response(request, {"detail": f"Not available here: {exc}", "errors": []}, status=503)
 
 
 @api.exception_handler(PermissionDenied)

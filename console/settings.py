@@ -121,6 +121,27 @@ CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
+# Cache: per-key rate limits. Redis when available, so limits hold across processes.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Model backends (serving/backends). `local` is the offline SmolLM2 model; `openai` any
+# OpenAI-compatible server such as vLLM; `scripted` is for tests and refused in production.
+MODEL_BACKEND = env("HARNESSOPS_MODEL_BACKEND", "openai" if PRODUCTION else "local")
+OPENAI_BASE_URL = env("HARNESSOPS_OPENAI_BASE_URL", None)
+OPENAI_MODEL = env("HARNESSOPS_OPENAI_MODEL", "Qwen/Qwen3-8B")
+OPENAI_API_KEY = env("HARNESSOPS_OPENAI_API_KEY", None)
+OPENAI_TIMEOUT_S = env("HARNESSOPS_OPENAI_TIMEOUT_S", 30.0, cast=float)
+SCRIPTED_STEPS: list = []  # set by tests; a scripted backend replays these per request
+
+# Platform reply API limits.
+REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)
+REPLY_MAX_BODY_BYTES = env("HARNESSOPS_REPLY_MAX_BODY_BYTES", 256 * 1024, cast=int)
+# Traces are written by a background thread in batches ("buffered") or inline ("sync").
+TRACE_WRITES = env("HARNESSOPS_TRACE_WRITES", "buffered")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

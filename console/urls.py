@@ -3,7 +3,7 @@ from django.http import JsonResponse
 from django.urls import path
 
 from console.api import api
-from console.views import harness, workspace
+from console.views import harness, serving, workspace
 
 
 def healthz(request):
@@ -26,6 +26,10 @@ urlpatterns = [
     path(ws + "keys/<int:key_id>/revoke/", workspace.key_revoke, name="key_revoke"),
     path(ws + "audit/", workspace.audit_log, name="audit_log"),
     path(ws + "harnesses/import/", harness.harness_import, name="harness_import"),
+    path(ws + "playground/", serving.playground, name="playground"),
+    path(ws + "playground/reset/", serving.playground_reset, name="playground_reset"),
+    path(ws + "traces/", serving.trace_list, name="trace_list"),
+    path(ws + "traces/<str:trace_id>/", serving.trace_detail, name="trace_detail"),
     path(h, harness.harness_detail, name="harness_detail"),
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),
     path(h + "v/<int:number>/export.zip", harness.version_export, name="version_export"),

@@ -2,14 +2,26 @@
 
 import hashlib
 import secrets
+import time
+from dataclasses import dataclass
 
+from asgiref.sync import async_to_sync
+from django.core.cache import cache
 from django.db import transaction
+from django.http import Http404
 from django.utils import timezone
 
-from console.access import ADMIN, API_KEY_SCOPES, Actor, require
+from console.access import ADMIN, API_KEY_SCOPES, READ, Actor, require
 from console.models import Workspace
 from console.services import audit_record
-from serving.models import ApiKey, Room
+from harness import selectors as harness_selectors
+from harness.models import Harness
+from harness.runtime import RoomContext, TurnInput, TurnResult, react_baseline_spec, run_turn
+from serving.model_config import backend_for
+from serving.models import ApiKey, Room, Trace
+from serving.selection import Selection, select_version
+from serving.traces import trace_row
+from serving.traces import writer as trace_writer
 
 KEY_PREFIX = "hok"
 
@@ -73,9 +85,89 @@ def api_key_authenticate(token: str) -> ApiKey | None:
     return key
 
 
-def room_upsert(*, workspace: Workspace, context: dict) -> Room:
-    room, _ = Room.objects.update_or_create(
-        workspace=workspace, room_id=context["room_id"],
-        defaults={"title": context.get("title", context["room_id"]), "context": context},
-    )
+def room_upsert(*, workspace: Workspace, context: dict, harness: Harness | None = None) -> Room:
+    defaults = {"title": context.get("title", context["room_id"]), "context": context}
+    if harness is not None:
+        defaults["harness"] = harness
+    room, _ = Room.objects.update_or_create(workspace=workspace, room_id=context["room_id"], defaults=defaults)
     return room
+
+
+# Replies --------------------------------------------------------------------------------------------
+
+class ReplyRequestError(ValueError):
+    """The request cannot be answered as asked (unknown room, no harness, ...)."""
+
+
+@dataclass(frozen=True)
+class ReplyOutcome:
+    result: TurnResult
+    selection: Selection
+    harness: Harness
+
+
+async def _answer(spec, turn, backend, arm: str) -> TurnResult:
+    try:
+        return await run_turn(spec, turn, backend, arm=arm)
+    finally:
+        close = getattr(backend, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _harness_for(workspace: Workspace, room: Room | None, name: str | None) -> Harness:
+    if name:
+        return harness_selectors.harness_get(workspace, name)
+    if room is not None and room.harness_id:
+        return room.harness
+    harnesses = list(Harness.objects.filter(workspace=workspace)[:2])
+    if len(harnesses) == 1:
+        return harnesses[0]
+    raise ReplyRequestError("Name the harness: this room has none assigned and the workspace has several.")
+
+
+def room_reply(
+    *, actor: Actor, workspace: Workspace, room_id: str, message: str, viewer_id: str,
+    recent_dialogue: list[tuple[str, str]] | None = None, room_context: dict | None = None,
+    harness_name: str | None = None, label: str | None = None, version: int | None = None,
+    backend_name: str | None = None, source: str = Trace.Source.API, spec_override=None,
+) -> ReplyOutcome:
+    """Answer one viewer message through the agent loop and record its trace (written off the request path).
+
+    `spec_override` runs an unsaved spec (the playground's draft) and records the trace without a version.
+    """
+    require(actor, workspace, READ)
+    room = Room.objects.select_related("harness").filter(workspace=workspace, room_id=room_id).first()
+    context = room_context if room_context is not None else (room.context if room else None)
+    if context is None:
+        raise Http404(f"No room {room_id!r} in this workspace; send its context with the request.")
+    harness = _harness_for(workspace, room, harness_name)
+    if spec_override is not None:
+        selection, spec = None, spec_override
+    else:
+        selection = select_version(harness=harness, viewer_id=viewer_id, room_id=room_id, label=label,
+                                   version=version)
+        spec = harness_selectors.version_spec(selection.version)
+        if selection.baseline:
+            spec = react_baseline_spec(spec)
+    backend = backend_for(backend_name)
+    turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.from_dict({**context, "room_id": room_id}),
+                     recent_dialogue=tuple(recent_dialogue or ()))
+    arm = selection.arm if selection else "draft"
+    result = async_to_sync(_answer)(spec, turn, backend, arm)
+    trace_writer.record(trace_row(workspace_id=workspace.pk, data=result.trace, source=source, harness_id=harness.pk,
+                                  version_id=selection.version.pk if selection else None))
+    return ReplyOutcome(result=result, selection=selection, harness=harness)
+
+
+def rate_limit_hit(*, key: str, limit_per_minute: int) -> bool:
+    """Fixed one-minute window per key in the shared cache; True when this request is over the limit."""
+    window = int(time.time() // 60)
+    cache_key = f"ratelimit:{key}:{window}"
+    cache.add(cache_key, 0, timeout=90)
+    try:
+        count = cache.incr(cache_key)
+    except ValueError:  # evicted between add and incr
+        cache.set(cache_key, 1, timeout=90)
+        count = 1
+    return count > limit_per_minute

@@ -254,7 +254,22 @@ async def stream_turn(spec: HarnessSpec, turn: TurnInput, backend: ModelBackend,
     still rewrite or refuse it), so nothing a hook would stop reaches a viewer.
     """
     result = await run_turn(spec, turn, backend, tools, **kwargs)
-    for start in range(0, len(result.reply), chunk_chars):
-        yield {"type": "delta", "text": result.reply[start:start + chunk_chars]}
+    for text in reply_chunks(result.reply, chunk_chars):
+        yield {"type": "delta", "text": text}
     yield {"type": "final", "reply": result.reply, "silent": result.silent, "outcome": result.outcome,
            "trace_id": result.trace["trace_id"], "latency_ms": result.latency_ms}
+
+
+def reply_chunks(reply: str, chunk_chars: int = 24) -> list[str]:
+    """An accepted reply cut into deltas for streaming, on word boundaries where possible."""
+    chunks, current = [], ""
+    for word in reply.split(" "):
+        piece = f"{current} {word}" if current else word
+        if len(piece) > chunk_chars and current:
+            chunks.append(current + " ")
+            current = word
+        else:
+            current = piece
+    if current:
+        chunks.append(current)
+    return chunks

@@ -4,10 +4,12 @@ import json
 
 import pytest
 from django.urls import URLPattern, URLResolver, reverse
+from django.utils import timezone
 
 from console import urls as console_urls
 from console.access import Actor
 from harness import services
+from serving.models import Trace
 from serving.services import api_key_create
 
 pytestmark = pytest.mark.django_db
@@ -34,6 +36,10 @@ CONSOLE = {
     "harness_draft_action": ("POST", "write"),
     "label_move": ("POST", "write"),
     "label_rollback": ("POST", "write"),
+    "playground": ("GET", "write"),
+    "playground_reset": ("POST", "write"),
+    "trace_list": ("GET", "read"),
+    "trace_detail": ("GET", "read"),
 }
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
@@ -62,6 +68,8 @@ def console_url(name: str, ws: str, harness: str, key_id: int) -> str:
         kwargs["key_id"] = key_id
     if "action" in params:
         kwargs["action"] = "discard"
+    if "trace_id" in params:
+        kwargs["trace_id"] = "t-rival" if harness == "secret" else "t-" + ws
     return reverse(name, kwargs=kwargs)
 
 
@@ -70,6 +78,10 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
     system = Actor.system("test")
     services.label_move(actor=system, harness=harness, name="staging", version=harness.head, reason="seed")
     own_key, _ = api_key_create(actor=system, workspace=workspace, name="own", scopes=["read"])
+    for space, h in ((workspace, harness), (foreign_workspace, foreign_harness)):
+        Trace.objects.create(workspace=space, trace_id=f"t-{space.slug}", room_id="r", viewer_id="v", harness=h,
+                             harness_version=h.head, backend="scripted", outcome="replied", message="m",
+                             latency_ms=1.0, data={"steps": []}, created_at=timezone.now())
     foreign_key, _ = api_key_create(actor=system, workspace=foreign_workspace, name="theirs", scopes=["read"])
     return {"own_key": own_key, "foreign_key": foreign_key}
 
@@ -111,7 +123,7 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     assert request(client, method, console_url(name, "rival", "secret", world["foreign_key"].pk)).status_code == 404
     # Their objects (harness, key), reached through our workspace's URL.
     url = console_url(name, "acme", "secret", world["foreign_key"].pk)
-    if role != "outsider" and ("secret" in url or "keys/" in url and "revoke" in url):
+    if role != "outsider" and ("secret" in url or "keys/" in url and "revoke" in url or "t-rival" in url):
         status = request(client, method, url).status_code
         _, capability = CONSOLE[name]
         assert status == (404 if capability in ROLE_CAPS[role] else 403)

@@ -38,7 +38,8 @@ class Command(BaseCommand):
                 for label in ("production", "staging"):
                     services.label_move(actor=actor, harness=harness, name=label, version=harness.head,
                                         reason="Initial demo release")
-            room_upsert(workspace=workspace, context=json.loads((DEMO_DIR / "room.json").read_text()))
+            room_upsert(workspace=workspace, context=json.loads((DEMO_DIR / "room.json").read_text()),
+                        harness=Harness.objects.get(workspace=workspace, name="avatar"))
         harness = Harness.objects.get(workspace=workspace, name="avatar")
         labels = ", ".join(f"{lb.name}→v{lb.version.number}" for lb in Label.objects.filter(harness=harness))
         self.stdout.write(f"Demo workspace 'demo': harness avatar v{harness.head.number} ({labels}), room demo-room.")

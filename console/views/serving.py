@@ -1,0 +1,105 @@
+"""Console pages for the running agent: the playground and the trace browser."""
+
+from django.contrib import messages
+from django.core.exceptions import ImproperlyConfigured
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.access import WRITE
+from console.views.scoping import workspace_view
+from harness import selectors as harness_selectors
+from harness.runtime import OUTCOMES
+from harness.spec import parse_files
+from serving import selectors
+from serving.model_config import available_backends
+from serving.models import Trace
+from serving.services import ReplyRequestError, room_reply
+
+DIALOGUE_KEEP = 10
+
+
+def _session_key(workspace) -> str:
+    return f"playground:{workspace.slug}"
+
+
+@workspace_view(WRITE)
+def playground(request):
+    """Chat with any version (or your draft) in any room, with any backend, and read each turn's trace."""
+    harnesses = list(harness_selectors.harness_list(request.workspace))
+    rooms = list(selectors.rooms(request.workspace))
+    state = request.session.get(_session_key(request.workspace), {"dialogue": []})
+    context = {"harnesses": harnesses, "rooms": rooms, "backends": available_backends(), "state": state,
+               "choice": state.get("choice", {}), "error": ""}
+    if request.method != "POST":
+        return render(request, "serving/playground.html", context)
+
+    choice = {k: request.POST.get(k, "") for k in ("harness", "version", "backend", "room", "viewer_id")}
+    message = request.POST.get("message", "").strip()
+    context["choice"] = choice
+    try:
+        if not message:
+            raise ReplyRequestError("Type a viewer message.")
+        harness = harness_selectors.harness_get(request.workspace, choice["harness"])
+        version = spec = None
+        if choice["version"] == "draft":
+            draft = harness_selectors.draft_for(harness, request.user)
+            if draft is None:
+                raise ReplyRequestError("You have no draft of this harness.")
+            spec = parse_files(draft.files)
+        elif choice["version"].isdigit():
+            version = int(choice["version"])
+        label = choice["version"][6:] if choice["version"].startswith("label:") else None
+        outcome = room_reply(
+            actor=request.actor, workspace=request.workspace, room_id=choice["room"], message=message,
+            viewer_id=choice["viewer_id"] or "playground", recent_dialogue=[tuple(t) for t in state["dialogue"]],
+            harness_name=harness.name, label=label, version=version, backend_name=choice["backend"] or None,
+            source=Trace.Source.PLAYGROUND, spec_override=spec,
+        )
+    except (ReplyRequestError, ImproperlyConfigured, Http404) as exc:
+        context["error"] = str(exc)
+        template = "serving/playground.html#turn" if request.htmx else "serving/playground.html"
+        return render(request, template, context, status=422)
+    result = outcome.result
+    state["dialogue"] = (state["dialogue"] + [["viewer", message]]
+                         + ([] if result.silent else [["assistant", result.reply]]))[-DIALOGUE_KEEP:]
+    state["choice"] = choice
+    request.session[_session_key(request.workspace)] = state
+    context.update(message=message, result=result, trace=result.trace)
+    template = "serving/playground.html#turn" if request.htmx else "serving/playground.html"
+    return render(request, template, context)
+
+
+@require_POST
+@workspace_view(WRITE)
+def playground_reset(request):
+    request.session.pop(_session_key(request.workspace), None)
+    messages.info(request, "Conversation cleared.")
+    return redirect("playground", ws=request.workspace.slug)
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+@workspace_view()
+def trace_list(request):
+    filters = {k: request.GET.get(k, "").strip() for k in ("version", "outcome", "hook", "source", "min_latency_ms")}
+    traces = selectors.trace_list(request.workspace, version=filters["version"], outcome=filters["outcome"],
+                                  hook=filters["hook"], source=filters["source"],
+                                  min_latency_ms=_float(filters["min_latency_ms"]))
+    page = Paginator(traces, 50).get_page(request.GET.get("page"))
+    context = {"page": page, "filters": filters, "outcomes": OUTCOMES, "sources": Trace.Source.values}
+    if request.htmx:
+        return render(request, "serving/traces.html#rows", context)
+    return render(request, "serving/traces.html", context)
+
+
+@workspace_view()
+def trace_detail(request, trace_id: str):
+    trace = selectors.trace_get(request.workspace, trace_id)
+    return render(request, "serving/trace.html", {"trace": trace, "data": trace.data})

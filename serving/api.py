@@ -1,0 +1,49 @@
+"""The platform reply API: a viewer message in, the avatar's reply (or silence) out."""
+
+import json
+
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from ninja import Router
+from ninja.errors import HttpError
+
+from harness.runtime import reply_chunks
+from serving import services
+from serving.schemas import ReplyIn, ReplyOut
+
+router = Router(tags=["replies"])
+
+
+def _check_limits(request) -> None:
+    if len(request.body) > settings.REPLY_MAX_BODY_BYTES:
+        raise HttpError(413, f"Request body is larger than {settings.REPLY_MAX_BODY_BYTES // 1024} KiB.")
+    if services.rate_limit_hit(key=f"key{request.api_key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE):
+        raise HttpError(429, f"Rate limit of {settings.REPLY_RATE_PER_MINUTE} replies per minute reached for this key.")
+
+
+@router.post("/rooms/{room_id}/reply", response={200: ReplyOut})
+def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
+    """Answer a viewer. `?stream=1` answers with server-sent events: `delta` events, then one `final` event.
+
+    Deltas are sent only after the harness's reply hooks accepted the reply.
+    """
+    _check_limits(request)
+    outcome = services.room_reply(
+        actor=request.actor, workspace=request.workspace, room_id=room_id, message=payload.message,
+        viewer_id=payload.viewer_id, recent_dialogue=[(t.role, t.text) for t in payload.recent_dialogue],
+        room_context=payload.room, harness_name=payload.harness, label=payload.label, version=payload.version,
+    )
+    result, selection = outcome.result, outcome.selection
+    body = {"reply": result.reply, "silent": result.silent, "trace_id": result.trace["trace_id"],
+            "harness_version": selection.version.number, "arm": selection.arm, "latency_ms": result.latency_ms,
+            "outcome": result.outcome}
+    if not stream:
+        return body
+    return StreamingHttpResponse(_sse(result.reply, body), content_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(reply: str, final: dict):
+    for text in reply_chunks(reply):
+        yield f"event: delta\ndata: {json.dumps({'text': text}, ensure_ascii=False)}\n\n"
+    yield f"event: final\ndata: {json.dumps(final, ensure_ascii=False)}\n\n"

@@ -1,0 +1,33 @@
+"""Schemas of the platform reply API."""
+
+from typing import Literal
+
+from ninja import Schema
+from pydantic import Field
+
+
+class DialogueTurnIn(Schema):
+    role: Literal["viewer", "assistant"]
+    text: str = Field(max_length=2000)
+
+
+class ReplyIn(Schema):
+    message: str = Field(min_length=1, max_length=2000, description="What the viewer wrote.")
+    viewer_id: str = Field(min_length=1, max_length=128)
+    recent_dialogue: list[DialogueTurnIn] = Field(default_factory=list, max_length=20,
+                                                  description="This viewer's recent exchange, oldest first.")
+    room: dict | None = Field(default=None, description="Room context (products, on_screen, faq, promotions, "
+                              "orders) when the room is not registered or has changed.")
+    harness: str | None = Field(default=None, description="Harness name; default: the room's harness.")
+    label: str | None = Field(default=None, max_length=64, description="Label to answer with (default production).")
+    version: int | None = Field(default=None, description="Pin a version number instead of a label.")
+
+
+class ReplyOut(Schema):
+    reply: str
+    silent: bool
+    trace_id: str
+    harness_version: int | None
+    arm: str
+    latency_ms: float
+    outcome: str

@@ -1,0 +1,350 @@
+"""Backends without a model: the registry, the scripted backend, Hermes/ChatML formatting, the OpenAI
+client's request, parsing and retry policy (over httpx's mock transport), and the vLLM profiles."""
+
+import asyncio
+import json
+import shlex
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+
+from serving.backends import (
+    BackendError,
+    ModelBackend,
+    ModelResponse,
+    ToolCall,
+    backend_names,
+    create_backend,
+    register_backend,
+)
+from serving.backends.hermes import DEFAULT_SYSTEM, parse_tool_calls, render_chatml, tools_section
+from serving.backends.openai import OpenAIBackend
+from serving.backends.scripted import ScriptedBackend, step_from_json
+from serving.vllm import PROFILES, VllmProfile
+
+USER = [{"role": "user", "content": "How much is the red scarf?"}]
+PRICE_TOOL = {"type": "function", "function": {
+    "name": "get_price", "description": "Price of a product",
+    "parameters": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}}}
+
+
+# --- registry ---------------------------------------------------------------------------------------
+
+def test_registry_names_and_creates_backends():
+    assert {"scripted", "openai", "local"} <= set(backend_names())
+    backend = create_backend("scripted", steps=["hi"])
+    assert isinstance(backend, ScriptedBackend) and isinstance(backend, ModelBackend)
+    assert isinstance(create_backend("openai", base_url="http://x/v1", model="m"), ModelBackend)
+    assert isinstance(create_backend("local"), ModelBackend)  # loads nothing until the first call
+
+
+def test_registry_refuses_unknown_and_duplicate_names():
+    with pytest.raises(KeyError, match="registered: .*scripted"):
+        create_backend("gpt-17")
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend("scripted")(lambda **config: None)
+
+
+# --- scripted ---------------------------------------------------------------------------------------
+
+def test_scripted_replays_steps_in_order_and_records_calls():
+    def echo(messages, tools):
+        return f"{len(messages)} messages, {len(tools)} tools"
+
+    call = ToolCall(id="call_0", name="get_price", arguments='{"sku": "S1"}')
+    backend = ScriptedBackend(["plain", ModelResponse(tool_calls=(call,)), echo])
+    messages = [dict(USER[0])]
+
+    first = asyncio.run(backend.complete(messages, [PRICE_TOOL], max_tokens=64))
+    messages.append({"role": "assistant", "content": first.content})  # the runtime mutates its list
+    second = asyncio.run(backend.complete(messages, [PRICE_TOOL]))
+    third = asyncio.run(backend.complete(messages, []))
+
+    assert first.content == "plain" and first.finish_reason == "stop" and first.latency_ms > 0
+    assert second.tool_calls == (call,) and second.finish_reason == "tool_calls"
+    assert third.content == "2 messages, 0 tools"
+    assert [len(c.messages) for c in backend.calls] == [1, 2, 2]  # copies, not the live list
+    assert backend.calls[0].max_tokens == 64 and backend.calls[0].tools == [PRICE_TOOL]
+    assert backend.remaining == 0
+    with pytest.raises(BackendError, match="exhausted"):
+        asyncio.run(backend.complete(messages, []))
+
+
+def test_scripted_delay_is_cancellable_for_deadlines():
+    backend = ScriptedBackend(["slow", "next"], delay_s=5)
+
+    async def with_deadline():
+        return await asyncio.wait_for(backend.complete(USER, []), timeout=0.05)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(with_deadline())
+    backend.delay_s = 0
+    assert asyncio.run(backend.complete(USER, [])).content == "next"  # the cancelled call used its step
+
+
+def test_script_steps_from_json():
+    step = step_from_json({"content": "let me check", "tool_calls": [{"name": "get_price", "arguments": {"sku": "S1"}},
+                                                                     {"name": "x", "arguments": "{bad"}]})
+    assert step.content == "let me check" and step.finish_reason == "tool_calls"
+    assert [(c.name, c.arguments) for c in step.tool_calls] == [("get_price", '{"sku": "S1"}'), ("x", "{bad")]
+    failing = ScriptedBackend([step_from_json({"error": "model overloaded"})])
+    with pytest.raises(BackendError, match="model overloaded"):
+        asyncio.run(failing.complete(USER, []))
+
+
+# --- Hermes parsing ---------------------------------------------------------------------------------
+
+def test_parse_plain_text_has_no_calls():
+    assert parse_tool_calls("  The scarf is $12.  ") == ("The scarf is $12.", ())
+
+
+def test_parse_one_call_with_surrounding_text_and_whitespace():
+    content, calls = parse_tool_calls(
+        'Let me check.\n<tool_call>\n  {"name": "get_price", "arguments": {"sku": "S1"}}  \n</tool_call>\n')
+    assert content == "Let me check."
+    assert calls == (ToolCall(id="call_0", name="get_price", arguments='{"sku": "S1"}'),)
+
+
+def test_parse_two_calls_get_sequential_ids():
+    text = ('<tool_call>{"name": "get_price", "arguments": {"sku": "S1"}}</tool_call>\n'
+            '<tool_call>{"name": "get_stock", "arguments": {"sku": "S1", "size": "M"}}</tool_call>')
+    content, calls = parse_tool_calls(text)
+    assert content == ""
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in calls] == [
+        ("call_0", "get_price", {"sku": "S1"}), ("call_1", "get_stock", {"sku": "S1", "size": "M"})]
+
+
+def test_parse_missing_close_tag_at_end_of_generation():
+    _, calls = parse_tool_calls('<tool_call>\n{"name": "get_price", "arguments": {"sku": "S1"}}\n')
+    assert calls == (ToolCall("call_0", "get_price", '{"sku": "S1"}'),)
+
+
+def test_parse_missing_close_tag_before_the_next_call():
+    _, calls = parse_tool_calls('<tool_call>{"name": "a", "arguments": {}}\n<tool_call>{"name": "b", "arguments": {}}')
+    assert [(c.name, c.arguments) for c in calls] == [("a", "{}"), ("b", "{}")]
+
+
+def test_parse_malformed_json_keeps_raw_arguments_for_the_runtime_to_report():
+    _, calls = parse_tool_calls('<tool_call>{"name": "get_price", "arguments": {"sku": S1}}</tool_call>')
+    assert calls[0].name == "get_price"
+    assert calls[0].arguments == '{"sku": S1}}'
+    with pytest.raises(ValueError):
+        json.loads(calls[0].arguments)
+    _, calls = parse_tool_calls("<tool_call>get the price please</tool_call>")
+    assert calls == (ToolCall("call_0", "", "get the price please"),)
+
+
+def test_parse_recovers_arguments_when_only_the_wrapper_is_broken():
+    _, calls = parse_tool_calls('<tool_call>{"name": "get_price", "arguments": {"sku": "S1"}</tool_call>')
+    assert (calls[0].name, calls[0].arguments) == ("get_price", '{"sku": "S1"}')
+
+
+def test_parse_arguments_given_as_a_string_or_parameters():
+    _, calls = parse_tool_calls('<tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call>'
+                                '<tool_call>{"name": "b", "parameters": {"y": 2}}</tool_call>')
+    assert [(c.name, c.arguments) for c in calls] == [("a", '{"x": 1}'), ("b", '{"y": 2}')]
+
+
+# --- ChatML rendering -------------------------------------------------------------------------------
+
+def test_render_without_system_uses_the_models_default_and_opens_the_assistant_turn():
+    assert render_chatml(USER) == (f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n"
+                                   "<|im_start|>user\nHow much is the red scarf?<|im_end|>\n"
+                                   "<|im_start|>assistant\n")
+
+
+def test_render_tools_into_the_system_message_one_signature_per_line():
+    prompt = render_chatml([{"role": "system", "content": "You sell scarves."}, *USER], [PRICE_TOOL])
+    system = prompt.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\nYou sell scarves.\n\n# Tools\n")
+    assert f"<tools>\n{json.dumps(PRICE_TOOL)}\n</tools>" in system
+    assert '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' in system
+    assert tools_section([PRICE_TOOL]) in system
+
+
+def test_render_tool_calls_and_results_round_trip():
+    messages = [
+        *USER,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "get_price", "arguments": '{"sku": "S1"}'}},
+            {"id": "call_1", "type": "function", "function": {"name": "get_stock", "arguments": {"sku": "S1"}}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": '{"price": 12}'},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "3 left"}]},
+    ]
+    prompt = render_chatml(messages, [PRICE_TOOL])
+    assistant = prompt.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    assert assistant == ('<tool_call>\n{"name": "get_price", "arguments": {"sku": "S1"}}\n</tool_call>\n'
+                         '<tool_call>\n{"name": "get_stock", "arguments": {"sku": "S1"}}\n</tool_call>')
+    assert ("<|im_start|>user\n<tool_response>\n{\"price\": 12}\n</tool_response>\n"
+            "<tool_response>\n3 left\n</tool_response><|im_end|>\n<|im_start|>assistant\n") in prompt
+    assert prompt.count("<|im_start|>user") == 2  # both results in one turn: there is no tool role
+    _, parsed = parse_tool_calls(assistant)  # what is rendered back is what the parser reads
+    assert [(c.name, json.loads(c.arguments)) for c in parsed] == [("get_price", {"sku": "S1"}),
+                                                                   ("get_stock", {"sku": "S1"})]
+
+
+# --- OpenAI client over a mock transport ------------------------------------------------------------
+
+def sse(*chunks) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b": keep-alive\n\ndata: [DONE]\n\n"
+
+
+def delta(**fields):
+    return {"choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
+
+
+def mock_backend(handler, **kwargs) -> tuple[OpenAIBackend, list[httpx.Request]]:
+    requests = []
+
+    def record(request):
+        requests.append(request)
+        return handler(request)
+
+    backend = OpenAIBackend("http://vllm:8000/v1/", "qwen3-8b", backoff_s=0.001,
+                            transport=httpx.MockTransport(record), **kwargs)
+    return backend, requests
+
+
+def test_openai_request_body():
+    backend, requests = mock_backend(lambda r: httpx.Response(200, content=sse()), api_key="sk-test",
+                                     extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    asyncio.run(backend.complete(USER, [], max_tokens=99, temperature=0.3))
+    asyncio.run(backend.complete(USER, [PRICE_TOOL], tool_choice="required"))
+    first, second = (json.loads(r.content) for r in requests)
+    assert str(requests[0].url) == "http://vllm:8000/v1/chat/completions"
+    assert requests[0].headers["authorization"] == "Bearer sk-test"
+    assert first == {"model": "qwen3-8b", "messages": USER, "max_tokens": 99, "temperature": 0.3, "stream": True,
+                     "stream_options": {"include_usage": True},
+                     "chat_template_kwargs": {"enable_thinking": False}}
+    assert second["tools"] == [PRICE_TOOL] and second["tool_choice"] == "required"
+
+
+def test_openai_stream_accumulates_reasoning_content_tool_calls_and_usage():
+    body = sse(
+        delta(role="assistant", content=""),
+        delta(reasoning_content="The user wants "), delta(reasoning="a price."),
+        delta(content="Checking"), delta(content="…"),
+        delta(tool_calls=[{"index": 0, "id": "chatcmpl-tool-1", "type": "function",
+                           "function": {"name": "get_price", "arguments": ""}}]),
+        delta(tool_calls=[{"index": 1, "id": "chatcmpl-tool-2", "function": {"name": "get_stock"}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"sk'}}]),
+        delta(tool_calls=[{"index": 1, "function": {"arguments": "{}"}}]),
+        delta(tool_calls=[{"index": 0, "function": {"name": "get_price", "arguments": 'u": "S1"}'}}]),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 321, "completion_tokens": 17}},
+    )
+    backend, _ = mock_backend(lambda r: httpx.Response(200, content=body))
+    response = asyncio.run(backend.complete(USER, [PRICE_TOOL]))
+    assert response.reasoning == "The user wants a price." and response.content == "Checking…"
+    assert response.tool_calls == (ToolCall("chatcmpl-tool-1", "get_price", '{"sku": "S1"}'),
+                                   ToolCall("chatcmpl-tool-2", "get_stock", "{}"))
+    assert (response.tokens_in, response.tokens_out, response.finish_reason) == (321, 17, "tool_calls")
+    assert 0 < response.ttft_ms <= response.latency_ms
+
+
+def test_openai_stream_error_chunk_and_garbage_raise_backend_error():
+    for body, message in [(sse(delta(content="a"), {"error": {"message": "KV cache full"}}), "KV cache full"),
+                          (b"data: {not json\n\n", "malformed stream chunk")]:
+        backend, _ = mock_backend(lambda r, body=body: httpx.Response(200, content=body))
+        with pytest.raises(BackendError, match=message):
+            asyncio.run(backend.complete(USER, []))
+
+
+def test_openai_non_streaming_json():
+    payload = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "reasoning_content": "hm",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_price", "arguments": {"sku": "S1"}}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+    backend, requests = mock_backend(lambda r: httpx.Response(200, json=payload), stream=False)
+    response = asyncio.run(backend.complete(USER, [PRICE_TOOL]))
+    assert "stream_options" not in json.loads(requests[0].content)
+    assert (response.content, response.reasoning, response.ttft_ms) == ("", "hm", None)
+    assert response.tool_calls == (ToolCall("c1", "get_price", '{"sku": "S1"}'),)
+    assert (response.tokens_in, response.tokens_out, response.finish_reason) == (10, 5, "tool_calls")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_openai_retries_429_and_5xx_then_succeeds(stream):
+    answers = iter([httpx.Response(429, text="slow down"), httpx.Response(503, text="warming up"),
+                    httpx.Response(200, content=sse(delta(content="ok"))) if stream else
+                    httpx.Response(200, json={"choices": [{"message": {"content": "ok"}}]})])
+    backend, requests = mock_backend(lambda r: next(answers), stream=stream, retries=2)
+    assert asyncio.run(backend.complete(USER, [])).content == "ok"
+    assert len(requests) == 3
+
+
+def test_openai_gives_up_after_retries_with_status_and_body():
+    backend, requests = mock_backend(lambda r: httpx.Response(500, text="CUDA out of memory " * 50), retries=2)
+    with pytest.raises(BackendError, match=r"HTTP 500: CUDA out of memory .*\(after 3 attempts\)") as error:
+        asyncio.run(backend.complete(USER, []))
+    assert len(requests) == 3 and len(str(error.value)) < 500  # an excerpt, not the whole body
+
+
+def test_openai_does_not_retry_4xx():
+    backend, requests = mock_backend(lambda r: httpx.Response(400, json={"error": {"message": "bad tool"}}))
+    with pytest.raises(BackendError, match="HTTP 400: .*bad tool"):
+        asyncio.run(backend.complete(USER, []))
+    assert len(requests) == 1
+
+
+def test_openai_read_timeout_is_a_backend_error_and_connect_errors_are_retried():
+    def fail(request):
+        raise httpx.ConnectError("refused") if len(requests) < 3 else httpx.ReadTimeout("slow")
+
+    backend, requests = mock_backend(fail, retries=5)
+    with pytest.raises(BackendError, match="ReadTimeout"):
+        asyncio.run(backend.complete(USER, []))
+    assert len(requests) == 3
+
+
+def test_openai_client_follows_the_running_event_loop():
+    backend, _ = mock_backend(lambda r: httpx.Response(200, content=sse(delta(content="ok"))))
+    for _ in range(2):  # asyncio.run per job, as a Celery task does
+        assert asyncio.run(backend.complete(USER, [])).content == "ok"
+
+    async def close():
+        await backend.complete(USER, [])
+        await backend.aclose()
+
+    asyncio.run(close())
+    assert backend._client is None
+
+
+# --- vLLM profiles and the serve_model command ------------------------------------------------------
+
+def test_vllm_profile_argv():
+    argv = PROFILES["qwen3-8b"].to_argv()
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"]
+    text = shlex.join(argv)
+    for expected in ["--served-model-name qwen3-8b", "--enable-auto-tool-choice", "--tool-call-parser hermes",
+                     "--reasoning-parser qwen3", "--enable-prefix-caching", "--prefix-caching-hash-algo sha256",
+                     "--max-model-len 16384", "--gpu-memory-utilization 0.9", "--port 8000"]:
+        assert expected in text
+    kwargs = json.loads(argv[argv.index("--default-chat-template-kwargs") + 1])
+    assert kwargs == {"enable_thinking": False}
+    speculative = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert speculative["method"] == "eagle3"  # plain Qwen3 checkpoints have no MTP head
+    assert json.loads(PROFILES["qwen3-30b-a3b"].to_argv()[-1])["method"] == "ngram"
+
+
+def test_vllm_profile_options_and_base_url():
+    profile = VllmProfile(model="/models/x", served_model_name="x", reasoning_parser=None,
+                          enable_prefix_caching=False, default_chat_template_kwargs={}, port=9000,
+                          extra_args=("--max-num-seqs", "8"))
+    argv = profile.to_argv()
+    assert "--reasoning-parser" not in argv and "--speculative-config" not in argv
+    assert "--no-enable-prefix-caching" in argv and "--default-chat-template-kwargs" not in argv
+    assert argv[-2:] == ["--max-num-seqs", "8"]
+    assert profile.base_url == "http://127.0.0.1:9000/v1"
+
+
+def test_serve_model_prints_or_explains_the_gpu_extra(capsys, monkeypatch):
+    call_command("serve_model", "--profile", "qwen3-30b-a3b", "--port", "9001", "--print")
+    printed = capsys.readouterr().out
+    assert printed.startswith("vllm serve Qwen/Qwen3-30B-A3B ") and "--port 9001" in printed
+    call_command("serve_model", "--local", "--print")
+    assert "-m serving.openai_compat --backend local --host 127.0.0.1 --port 8001" in capsys.readouterr().out
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(CommandError, match=r"GPU-only extra: pip install 'harnessops\[gpu\]'"):
+        call_command("serve_model", "--profile", "qwen3-8b")

@@ -1,0 +1,110 @@
+"""The `openai` backend over real HTTP against `python -m serving.openai_compat` in a subprocess."""
+
+import asyncio
+import json
+import socket
+
+import httpx
+import pytest
+
+from serving.backends import BackendError, ToolCall
+from serving.backends.openai import OpenAIBackend
+from serving.openai_compat import ARGUMENT_PIECE_CHARS
+from serving.vllm import check_health
+
+USER = [{"role": "user", "content": "Is the red scarf in stock?"}]
+STOCK_TOOL = {"type": "function", "function": {"name": "get_stock", "parameters": {"type": "object"}}}
+LONG_ARGUMENTS = {"sku": "SCARF-RED-001", "size": "one size", "warehouse": "Hangzhou"}
+SCRIPT = [
+    "The red scarf is in stock.",
+    {"content": "Let me check.", "reasoning": "Stock needs a tool.", "tool_calls": [
+        {"name": "get_stock", "arguments": LONG_ARGUMENTS}, {"name": "get_price", "arguments": {"sku": "S"}}]},
+]
+
+
+def run(backend, *args, **kwargs):
+    async def call():
+        try:
+            return await backend.complete(*args, **kwargs)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(call())
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_content_tool_calls_and_usage(scripted_server, stream):
+    base_url = scripted_server(SCRIPT)
+    backend = OpenAIBackend(base_url, "scripted", stream=stream)
+
+    text = run(backend, USER, [STOCK_TOOL], max_tokens=32)
+    assert text.content == "The red scarf is in stock." and text.finish_reason == "stop"
+    assert text.tokens_out == 6 and text.latency_ms > 0
+
+    calls = run(backend, USER, [STOCK_TOOL])
+    assert calls.content == "Let me check." and calls.reasoning == "Stock needs a tool."
+    assert calls.finish_reason == "tool_calls"
+    assert [(c.name, json.loads(c.arguments)) for c in calls.tool_calls] == [
+        ("get_stock", LONG_ARGUMENTS), ("get_price", {"sku": "S"})]
+    assert all(isinstance(c, ToolCall) and c.id for c in calls.tool_calls)
+    if stream:
+        assert len(calls.tool_calls[0].arguments) > 3 * ARGUMENT_PIECE_CHARS  # it did arrive in pieces
+        assert 0 < calls.ttft_ms <= calls.latency_ms
+    else:
+        assert calls.ttft_ms is None
+
+
+def test_stream_is_openai_shaped_sse(scripted_server):
+    base_url = scripted_server(SCRIPT[1:])
+    body = {"model": "scripted", "messages": USER, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{base_url}/chat/completions", json=body) as response:
+        assert response.headers["content-type"] == "text/event-stream"
+        events = [line for line in response.iter_lines() if line]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in events[:-1]]
+    assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    pieces = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks
+              if c["choices"] and "tool_calls" in c["choices"][0]["delta"]]
+    assert pieces[0]["id"] and pieces[0]["function"]["name"] == "get_stock" and pieces[1]["index"] == 0
+    assert "".join(p["function"]["arguments"] for p in pieces if p["index"] == 0) == json.dumps(LONG_ARGUMENTS)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3
+
+
+def test_fixed_latency_is_measured(scripted_server):
+    base_url = scripted_server(["slow answer"], "--delay-ms", "300")
+    response = run(OpenAIBackend(base_url, "scripted"), USER, [])
+    assert response.content == "slow answer"
+    assert 300 <= response.ttft_ms <= response.latency_ms < 3000
+
+
+def test_a_500_is_retried_then_gives_a_backend_error(scripted_server):
+    base_url = scripted_server([{"error": "engine hiccup"}, "recovered", {"error": "a"}, {"error": "b"}])
+    backend = OpenAIBackend(base_url, "scripted", retries=1, backoff_s=0.01)
+    assert run(backend, USER, []).content == "recovered"
+    with pytest.raises(BackendError, match=r'HTTP 500: .*"message": "b".*\(after 2 attempts\)'):
+        run(backend, USER, [])
+
+
+def test_an_unknown_model_is_a_4xx_and_not_retried(scripted_server):
+    base_url = scripted_server(["only step"])
+    with pytest.raises(BackendError, match="HTTP 404: .*does not exist"):
+        run(OpenAIBackend(base_url, "qwen3-8b", retries=3, backoff_s=0.01), USER, [])
+    assert run(OpenAIBackend(base_url, "scripted"), USER, []).content == "only step"  # nothing consumed it
+
+
+def test_connection_refused_is_a_backend_error():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "scripted", retries=2, backoff_s=0.01)
+    with pytest.raises(BackendError, match=r"ConnectError.*after 3 attempts"):
+        run(backend, USER, [])
+    assert asyncio.run(check_health(f"http://127.0.0.1:{port}"))["ok"] is False
+
+
+def test_check_health(scripted_server):
+    base_url = scripted_server(["x"], "--model-name", "qwen3-8b")
+    for url in (base_url, base_url.removesuffix("/v1")):
+        health = asyncio.run(check_health(url))
+        assert health["ok"] and health["models"] == ["qwen3-8b"] and health["error"] is None

@@ -1,0 +1,126 @@
+"""The platform reply API end to end on the real database, with the scripted model."""
+
+import json
+
+import pytest
+
+from console.access import Actor
+from harness import services as harness_services
+from serving.models import Room, Trace
+from serving.services import api_key_create, room_upsert
+from serving.traces import writer
+
+pytestmark = pytest.mark.django_db
+
+ROOM = {"room_id": "demo-room", "title": "Demo", "currency": "$", "on_screen": "L001",
+        "products": [{"link_id": "L001", "name": "Merino Crew-Neck Sweater", "price": 89.0, "promo_price": 71.2}],
+        "faq": [], "promotions": [], "orders": []}
+LOAD_AND_LOOK = {"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}},
+                                {"name": "get_product_info_by_link_id", "arguments": {"link_id": "L001"}}]}
+
+
+@pytest.fixture
+def api(client, workspace, harness, settings):
+    settings.MODEL_BACKEND = "scripted"
+    settings.TRACE_WRITES = "sync"
+    system = Actor.system("t")
+    harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=workspace, context=ROOM, harness=harness)
+    token = api_key_create(actor=system, workspace=workspace, name="platform", scopes=["read"])[1]
+
+    def post(path, body, **extra):
+        return client.post(path, json.dumps(body), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}", **extra)
+
+    return post
+
+
+def test_reply_end_to_end_with_trace(api, settings, harness):
+    settings.SCRIPTED_STEPS = [LOAD_AND_LOOK, "The sweater is $71.2 now, down from $89."]
+    response = api("/api/v1/rooms/demo-room/reply", {"message": "price of the sweater?", "viewer_id": "v1"})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["reply"] == "The sweater is $71.2 now, down from $89." and body["silent"] is False
+    assert body["harness_version"] == 1 and body["arm"] == "label:production" and body["outcome"] == "replied"
+    trace = Trace.objects.get(trace_id=body["trace_id"])
+    assert trace.harness_version == harness.head and trace.outcome == "replied"
+    assert trace.data["skills_loaded"] == ["product-qa"] and trace.data["tools_called"][1] == "get_product_info_by_link_id"
+
+
+def test_silent_refusal_and_pinned_version(api, settings):
+    settings.SCRIPTED_STEPS = []
+    response = api("/api/v1/rooms/demo-room/reply",
+                   {"message": "follow4follow check my channel", "viewer_id": "v2", "version": 1})
+    body = response.json()
+    assert body["silent"] is True and body["reply"] == "" and body["arm"] == "pinned:v1"
+
+
+def test_streaming_sends_deltas_then_final(api, settings):
+    settings.SCRIPTED_STEPS = [LOAD_AND_LOOK, "The sweater is $71.2 now, down from $89."]
+    response = api("/api/v1/rooms/demo-room/reply?stream=1", {"message": "price?", "viewer_id": "v1"})
+    assert response["Content-Type"] == "text/event-stream"
+    events = [chunk.decode() for chunk in response.streaming_content]
+    deltas = [json.loads(e.split("data: ", 1)[1])["text"] for e in events if e.startswith("event: delta")]
+    final = json.loads(events[-1].split("data: ", 1)[1])
+    assert "".join(deltas) == final["reply"] == "The sweater is $71.2 now, down from $89."
+
+
+def test_room_context_in_the_request_and_unknown_room(api, settings, workspace):
+    settings.SCRIPTED_STEPS = [LOAD_AND_LOOK, "It is $71.2 today."]
+    inline = api("/api/v1/rooms/pop-up/reply", {"message": "price?", "viewer_id": "v", "room": ROOM})
+    assert inline.status_code == 200 and inline.json()["outcome"] == "replied"
+    missing = api("/api/v1/rooms/nowhere/reply", {"message": "hi", "viewer_id": "v"})
+    assert missing.status_code == 404 and "nowhere" in missing.json()["detail"]
+    assert not Room.objects.filter(room_id="pop-up").exists()
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"viewer_id": "v"}, "message"),
+    ({"message": "", "viewer_id": "v"}, "message"),
+    ({"message": "x" * 2001, "viewer_id": "v"}, "message"),
+    ({"message": "hi", "viewer_id": "v", "recent_dialogue": [{"role": "bot", "text": "x"}]}, "recent_dialogue"),
+])
+def test_bad_payloads_get_field_errors(api, body, field):
+    response = api("/api/v1/rooms/demo-room/reply", body)
+    assert response.status_code == 422 and any(field in e["path"] for e in response.json()["errors"])
+    assert not Trace.objects.exists()
+
+
+def test_oversized_body_and_rate_limit(api, settings):
+    settings.REPLY_MAX_BODY_BYTES = 1024
+    big = api("/api/v1/rooms/demo-room/reply", {"message": "hi", "viewer_id": "v", "room": {"pad": "x" * 2000}})
+    assert big.status_code == 413
+    settings.REPLY_MAX_BODY_BYTES = 256 * 1024
+    settings.REPLY_RATE_PER_MINUTE = 2
+    settings.SCRIPTED_STEPS = ["hi"]
+    from django.core.cache import cache
+
+    cache.clear()
+    codes = [api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+
+
+def test_backend_down_still_answers(api, settings):
+    settings.SCRIPTED_STEPS = []  # the script is exhausted at the first call: a model failure
+    body = api("/api/v1/rooms/demo-room/reply", {"message": "price?", "viewer_id": "v"}).json()
+    assert body["outcome"] == "error" and body["reply"]  # the harness's fallback reply
+
+
+def test_scripted_backend_is_refused_in_production(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from serving.model_config import backend_for
+
+    settings.PRODUCTION = True
+    with pytest.raises(ImproperlyConfigured, match="refused in production"):
+        backend_for("scripted")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_buffered_trace_writes_land_after_flush(api, settings):
+    settings.TRACE_WRITES = "buffered"
+    settings.SCRIPTED_STEPS = ["hi there"]
+    ids = [api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": f"v{i}"}).json()["trace_id"]
+           for i in range(3)]
+    writer.flush()
+    assert set(Trace.objects.values_list("trace_id", flat=True)) == set(ids)
