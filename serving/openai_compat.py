@@ -115,6 +115,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
         except BackendError as error:
             self._send_error(HTTPStatus.INTERNAL_SERVER_ERROR, str(error), kind="BackendError")
             return
+        except Exception as error:  # a bug in a backend still gets an answer, and the server lives on
+            self.log_error("backend failed: %r", error)
+            self._send_error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(error).__name__}: {error}",
+                             kind="InternalServerError")
+            return
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         if not request.get("stream"):
             self._send_json(HTTPStatus.OK, completion_json(response, self.server.model_name, completion_id))
@@ -126,11 +131,14 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for chunk in completion_chunks(response, self.server.model_name, completion_id, include_usage):
-            self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
+        try:
+            for chunk in completion_chunks(response, self.server.model_name, completion_id, include_usage):
+                self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away (its deadline, say)
 
     def _send_json(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
         body = json.dumps(payload, ensure_ascii=False).encode()
@@ -146,6 +154,9 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         if not self.server.quiet:
             super().log_message(format, *args)
+
+    def log_error(self, format: str, *args: Any) -> None:
+        super().log_message(format, *args)  # errors are logged even when quiet
 
 
 def completion_json(response: ModelResponse, model: str, completion_id: str) -> dict[str, Any]:

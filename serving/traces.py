@@ -12,7 +12,7 @@ import threading
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import connection
 
 from serving.models import Trace
 
@@ -69,13 +69,17 @@ class TraceWriter:
                 self.queue.task_done()
 
     def _run(self) -> None:
+        wrote = False
         while True:
             try:
                 first = self.queue.get(timeout=INTERVAL_S)
             except queue.Empty:
-                close_old_connections()
+                if wrote:  # idle: give this thread's connection back rather than hold it open
+                    connection.close()
+                    wrote = False
                 continue
             self._write(self._drain(first))
+            wrote = True
 
     def flush(self) -> None:
         """Return once everything queued so far is written (by the writer thread, or here if it is gone)."""

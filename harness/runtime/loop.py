@@ -25,7 +25,10 @@ from harness.spec import HarnessSpec
 from harness.spec.prompt import openai_tools
 from serving.backends.base import BackendError, ModelBackend, ModelResponse, ToolCall
 
-MAX_REPLY_TOKENS = 512
+# A spoken reply is at most reply_max_chars (~3 characters a token, generously) plus room for a
+# few tool calls' JSON; thinking is off by default (see docs/runtime.md). Capped for latency.
+MAX_OUTPUT_TOKENS = 256
+TOOL_CALL_TOKENS = 64
 
 
 class _EndTurn(Exception):
@@ -138,7 +141,8 @@ class _Turn:
                           ) -> ModelResponse:
         step = self.trace.step("model", backend=getattr(self.backend, "name", "?"), tool_choice=tool_choice)
         try:
-            response = await self.backend.complete(list(messages), tools, max_tokens=MAX_REPLY_TOKENS,
+            max_tokens = min(MAX_OUTPUT_TOKENS, TOOL_CALL_TOKENS + self.settings.reply_max_chars // 3)
+            response = await self.backend.complete(list(messages), tools, max_tokens=max_tokens,
                                                    tool_choice=tool_choice)
         except BackendError as exc:
             step.update(error=str(exc))

@@ -10,7 +10,9 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an event loop running in this thread while it is open,
+# which would make every later test's async_to_sync refuse to run.
+@pytest.fixture(scope="module")
 def browser():
     if not shutil.which(CHROMIUM):
         if os.environ.get("CI"):

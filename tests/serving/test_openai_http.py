@@ -93,6 +93,15 @@ def test_an_unknown_model_is_a_4xx_and_not_retried(scripted_server):
     assert run(OpenAIBackend(base_url, "scripted"), USER, []).content == "only step"  # nothing consumed it
 
 
+def test_bad_requests_get_openai_shaped_errors(scripted_server):
+    base_url = scripted_server(["x"])
+    for response, status in [(httpx.post(f"{base_url}/chat/completions", content=b"{oops"), 400),
+                             (httpx.post(f"{base_url}/chat/completions", json={"model": "scripted"}), 400),
+                             (httpx.post(f"{base_url}/completions", json={}), 404),
+                             (httpx.get(f"{base_url}/nothing"), 404)]:
+        assert response.status_code == status and response.json()["error"]["message"]
+
+
 def test_connection_refused_is_a_backend_error():
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

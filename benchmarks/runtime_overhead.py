@@ -1,0 +1,163 @@
+"""Runtime and API overhead, and the offline model's speed. Prints figures; asserts nothing.
+
+    .venv/bin/python benchmarks/runtime_overhead.py [--turns 2000] [--requests 400] [--skip-api] [--skip-model]
+
+1. Runtime overhead per turn: the demo harness with an instant scripted model (load_skill +
+   get_product_info_by_link_id, then a reply): everything but the model — hooks, prompt assembly,
+   tool calls, trace — in µs (p50/p95).
+2. The API's added latency over the model call: a real Daphne server (SQLite in a temp dir, or
+   DATABASE_URL) with the scripted model, at concurrency 1 and 32: requests/s and p50/p99 of
+   (HTTP latency − model time reported in the trace).
+3. The offline model (local backend): load time and decode tokens/s.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}},
+                         {"name": "get_product_info_by_link_id", "arguments": {"link_id": "L001"}}]},
+         "The Merino Crew-Neck Sweater is $71.2 right now, down from $89."]
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+
+
+def bench_runtime(turns: int) -> None:
+    from harness.runtime import RoomContext, TurnInput, run_turn
+    from harness.spec import parse_files, read_dir
+    from serving.backends.scripted import ScriptedBackend, steps_from_json
+
+    spec = parse_files(read_dir(ROOT / "harness/demo/avatar"))
+    room = RoomContext.from_dict(json.loads((ROOT / "harness/demo/room.json").read_text()))
+    turn = TurnInput(message="How much is L001 now?", viewer_id="v_anna88", room=room)
+
+    async def main():
+        overheads = []
+        for i in range(turns + 50):
+            backend = ScriptedBackend(steps_from_json(STEPS))
+            started = time.perf_counter()
+            result = await run_turn(spec, turn, backend)
+            elapsed = (time.perf_counter() - started) * 1e6
+            assert result.outcome == "replied", result.trace["reason"]
+            if i >= 50:  # warm-up: hook compilation, first imports
+                overheads.append(elapsed - result.trace["model_latency_ms"] * 1000)
+        return overheads
+
+    overheads = asyncio.run(main())
+    print(f"runtime overhead per turn (demo harness, 2 model calls, 2 tool calls, {turns} turns): "
+          f"p50 {pct(overheads, 50):.0f} µs, p95 {pct(overheads, 95):.0f} µs, mean {statistics.mean(overheads):.0f} µs")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_api(requests: int) -> None:
+    import httpx
+
+    tmp = tempfile.mkdtemp(prefix="harnessops-bench-")
+    env = {**os.environ, "HARNESSOPS_VAR_DIR": tmp, "HARNESSOPS_MODEL_BACKEND": "scripted",
+           "HARNESSOPS_SCRIPTED_STEPS": json.dumps(STEPS), "HARNESSOPS_REPLY_RATE_PER_MINUTE": "1000000",
+           "HARNESSOPS_ADMIN_PASSWORD": "bench-password-1"}
+    env.pop("REDIS_URL", None)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
+    subprocess.run([*manage, "seed_demo"], env=env, check=True, cwd=ROOT, capture_output=True)
+    token = subprocess.run([*manage, "shell", "-c",
+                            "from console.access import Actor; from console.models import Workspace; "
+                            "from serving.services import api_key_create; "
+                            "print(api_key_create(actor=Actor.system('bench'), workspace=Workspace.objects.get(slug='demo'),"
+                            " name='bench', scopes=['read'])[1])"],
+                           env=env, check=True, cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
+                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/api/v1/rooms/demo-room/reply"
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+        async def run(concurrency: int):
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60,
+                                         limits=httpx.Limits(max_connections=concurrency)) as client:
+                added, queue = [], list(range(requests))
+
+                async def worker():
+                    while queue:
+                        i = queue.pop()
+                        started = time.perf_counter()
+                        response = await client.post(url, json={"message": "How much is L001 now?", "viewer_id": f"v{i}"})
+                        elapsed_ms = (time.perf_counter() - started) * 1000
+                        body = response.json()
+                        assert response.status_code == 200 and body["outcome"] == "replied", body
+                        added.append(elapsed_ms)  # the scripted model takes ~0 ms: all of it is added latency
+
+                started = time.perf_counter()
+                await asyncio.gather(*(worker() for _ in range(concurrency)))
+                wall = time.perf_counter() - started
+                return added, wall
+
+        asyncio.run(run(1))  # warm-up
+        for concurrency in (1, 32):
+            added, wall = asyncio.run(run(concurrency))
+            print(f"API added latency, concurrency {concurrency:>2} ({requests} requests, Daphne, scripted model): "
+                  f"{requests / wall:.0f} req/s, p50 {pct(added, 50):.1f} ms, p99 {pct(added, 99):.1f} ms")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def bench_model() -> None:
+    from serving.backends.local import LocalBackend
+
+    backend = LocalBackend()
+    started = time.perf_counter()
+    backend.load()
+    load_s = time.perf_counter() - started
+    messages = [{"role": "system", "content": "You are a friendly shop assistant."},
+                {"role": "user", "content": "Describe a warm wool sweater for winter in about eighty words."}]
+
+    async def main():
+        await backend.complete(messages, [], max_tokens=16)  # warm-up
+        return [await backend.complete(messages, [], max_tokens=128) for _ in range(3)]
+
+    results = asyncio.run(main())
+    rates = [r.tokens_out / ((r.latency_ms - (r.ttft_ms or 0)) / 1000) for r in results if r.tokens_out > 1]
+    print(f"offline model (SmolLM2-135M Q4_1, llama.cpp, {os.cpu_count()} threads): load {load_s:.2f} s, "
+          f"TTFT {statistics.mean(r.ttft_ms for r in results):.0f} ms, "
+          f"decode {statistics.mean(rates):.1f} tokens/s over {sum(r.tokens_out for r in results)} tokens")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--skip-api", action="store_true")
+    parser.add_argument("--skip-model", action="store_true")
+    args = parser.parse_args()
+    bench_runtime(args.turns)
+    if not args.skip_api:
+        bench_api(args.requests)
+    if not args.skip_model:
+        bench_model()
