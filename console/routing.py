@@ -1,3 +1,9 @@
 """Websocket routes. Consumers authenticate and join workspace-scoped groups."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from console.consumers import RunProgressConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/<int:run_id>/", RunProgressConsumer.as_asgi()),
+]

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "console",
     "harness",
     "serving",
+    "evaluation",
 ]
 
 MIDDLEWARE = [

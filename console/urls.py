@@ -3,7 +3,7 @@ from django.http import JsonResponse
 from django.urls import path
 
 from console.api import api
-from console.views import harness, serving, workspace
+from console.views import evaluation, harness, serving, workspace
 
 
 def healthz(request):
@@ -29,6 +29,16 @@ urlpatterns = [
     path(ws + "playground/", serving.playground, name="playground"),
     path(ws + "playground/reset/", serving.playground_reset, name="playground_reset"),
     path(ws + "traces/", serving.trace_list, name="trace_list"),
+    path(ws + "eval/", evaluation.evaluation_home, name="evaluation_home"),
+    path(ws + "eval/annotate/", evaluation.annotate, name="annotate"),
+    path(ws + "eval/agreement/", evaluation.agreement, name="agreement"),
+    path(ws + "eval/sets/", evaluation.eval_set_create, name="eval_set_create"),
+    path(ws + "eval/sets/<slug:name>/v/<int:number>/", evaluation.eval_set_detail, name="eval_set_detail"),
+    path(ws + "eval/runs/", evaluation.eval_run_create, name="eval_run_create"),
+    path(ws + "eval/runs/<int:run_id>/", evaluation.eval_run_detail, name="eval_run_detail"),
+    path(ws + "eval/runs/<int:run_id>/cancel/", evaluation.eval_run_cancel, name="eval_run_cancel"),
+    path(ws + "eval/runs/<int:run_id>/results/<int:result_id>/", evaluation.eval_result_detail,
+         name="eval_result_detail"),
     path(ws + "traces/<str:trace_id>/", serving.trace_detail, name="trace_detail"),
     path(h, harness.harness_detail, name="harness_detail"),
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),

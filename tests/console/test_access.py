@@ -8,6 +8,9 @@ from django.utils import timezone
 
 from console import urls as console_urls
 from console.access import Actor
+from evaluation import services as eval_services
+from evaluation.metrics.ifeval import mini_records
+from evaluation.models import EvalResult, EvalRun
 from harness import services
 from serving.models import Trace
 from serving.services import api_key_create
@@ -40,6 +43,15 @@ CONSOLE = {
     "playground_reset": ("POST", "write"),
     "trace_list": ("GET", "read"),
     "trace_detail": ("GET", "read"),
+    "evaluation_home": ("GET", "read"),
+    "eval_set_create": ("POST", "write"),
+    "eval_set_detail": ("GET", "read"),
+    "eval_run_create": ("POST", "write"),
+    "eval_run_detail": ("GET", "read"),
+    "eval_run_cancel": ("POST", "write"),
+    "eval_result_detail": ("GET", "read"),
+    "annotate": ("GET", "write"),
+    "agreement": ("GET", "read"),
 }
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
@@ -54,7 +66,9 @@ def url_names(patterns, prefix=""):
             yield from url_names(entry.url_patterns)
 
 
-def console_url(name: str, ws: str, harness: str, key_id: int) -> str:
+def console_url(name: str, ws: str, harness: str, key_id) -> str:
+    """`key_id` is the key's id, or a dict of ids (key_id, run_id, result_id) of the objects to reach."""
+    ids = key_id if isinstance(key_id, dict) else {"key_id": key_id}
     kwargs = {"ws": ws}
     route = next(p for p in console_urls.urlpatterns if getattr(p, "name", None) == name)
     params = set(route.pattern.converters)
@@ -65,7 +79,10 @@ def console_url(name: str, ws: str, harness: str, key_id: int) -> str:
     if "label" in params:
         kwargs["label"] = "staging"
     if "key_id" in params:
-        kwargs["key_id"] = key_id
+        kwargs["key_id"] = ids["key_id"]
+    for param in ("run_id", "result_id"):
+        if param in params:
+            kwargs[param] = ids[param]
     if "action" in params:
         kwargs["action"] = "discard"
     if "trace_id" in params:
@@ -83,7 +100,24 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
                              harness_version=h.head, backend="scripted", outcome="replied", message="m",
                              latency_ms=1.0, data={"steps": []}, created_at=timezone.now())
     foreign_key, _ = api_key_create(actor=system, workspace=foreign_workspace, name="theirs", scopes=["read"])
-    return {"own_key": own_key, "foreign_key": foreign_key}
+    ids = {}
+    for space, h, key in ((workspace, harness, own_key), (foreign_workspace, foreign_harness, foreign_key)):
+        # Eval sets are named like the workspace's harness so one `name` URL argument serves both.
+        version = eval_services.eval_set_add_version(actor=system, workspace=space, name=h.name, suite="ifeval",
+                                                     cases=[{**mini_records()[0], "case_id": "k1",
+                                                             "category": "ifeval"}], source="t")
+        run = EvalRun.objects.create(workspace=space, set_version=version, harness=h, harness_version=h.head,
+                                     backend="scripted", total=1, created_by="t", status="done")
+        result = EvalResult.objects.create(run=run, case=version.cases.get(), category="ifeval", accuracy=1,
+                                           effectiveness=1, judge_version="j", outcome="replied", latency_ms=1,
+                                           trace={"steps": []})
+        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk}
+    return {"own_key": ids["acme"], "foreign_key": ids["rival"]}
+
+
+def url_params(name: str) -> set[str]:
+    route = next(p for p in console_urls.urlpatterns if getattr(p, "name", None) == name)
+    return set(route.pattern.converters)
 
 
 def test_every_console_url_is_in_the_matrix():
@@ -98,7 +132,7 @@ def request(client, method, url):
 @pytest.mark.parametrize("name", sorted(CONSOLE))
 def test_anonymous_is_sent_to_login(client, world, name):
     method, _ = CONSOLE[name]
-    response = request(client, method, console_url(name, "acme", "avatar", world["own_key"].pk))
+    response = request(client, method, console_url(name, "acme", "avatar", world["own_key"]))
     assert response.status_code == 302 and response.url.startswith(reverse("login"))
 
 
@@ -107,7 +141,7 @@ def test_anonymous_is_sent_to_login(client, world, name):
 def test_role_matrix_on_own_workspace(client, members, world, role, name):
     client.force_login(members[role])
     method, capability = CONSOLE[name]
-    status = request(client, method, console_url(name, "acme", "avatar", world["own_key"].pk)).status_code
+    status = request(client, method, console_url(name, "acme", "avatar", world["own_key"])).status_code
     if capability in ROLE_CAPS[role]:
         assert status not in (401, 403, 404), f"{role} should reach {name}"
     else:
@@ -120,10 +154,12 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     client.force_login(members[role])
     method, _ = CONSOLE[name]
     # Their workspace, by slug.
-    assert request(client, method, console_url(name, "rival", "secret", world["foreign_key"].pk)).status_code == 404
+    assert request(client, method, console_url(name, "rival", "secret", world["foreign_key"])).status_code == 404
     # Their objects (harness, key), reached through our workspace's URL.
-    url = console_url(name, "acme", "secret", world["foreign_key"].pk)
-    if role != "outsider" and ("secret" in url or "keys/" in url and "revoke" in url or "t-rival" in url):
+    url = console_url(name, "acme", "secret", world["foreign_key"])
+    foreign_object = "secret" in url or "t-rival" in url or any(
+        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id") if k in url_params(name))
+    if role != "outsider" and foreign_object:
         status = request(client, method, url).status_code
         _, capability = CONSOLE[name]
         assert status == (404 if capability in ROLE_CAPS[role] else 403)

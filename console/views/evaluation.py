@@ -1,0 +1,179 @@
+"""Console pages for evaluation: sets, runs with live progress, per-case results, exports."""
+
+import csv
+import io
+import json
+
+from django.contrib import messages
+from django.core.exceptions import ImproperlyConfigured
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.access import WRITE
+from console.views.scoping import workspace_view
+from evaluation import selectors
+from evaluation.execution import SUITES
+from evaluation.models import EvalResult
+from evaluation.services import (
+    EvalError,
+    eval_set_add_version,
+    eval_set_generate,
+    parse_cases,
+    run_cancel,
+    run_create,
+)
+from harness import selectors as harness_selectors
+from serving.model_config import available_backends
+
+MAX_UPLOAD = 20 * 1024 * 1024
+
+
+@workspace_view()
+def evaluation_home(request):
+    return render(request, "evaluation/home.html", {
+        "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
+        "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
+        "backends": available_backends(),
+    })
+
+
+@require_POST
+@workspace_view(WRITE)
+def eval_set_create(request):
+    name, suite = request.POST.get("name", "").strip(), request.POST.get("suite", "")
+    try:
+        if not name:
+            raise EvalError("Give the set a name.")
+        upload = request.FILES.get("jsonl")
+        if upload is not None:
+            if upload.size > MAX_UPLOAD:
+                raise EvalError("The file is larger than 20 MiB.")
+            lines = upload.read().decode("utf-8").splitlines()
+            version = eval_set_add_version(actor=request.actor, workspace=request.workspace, name=name, suite=suite,
+                                           cases=parse_cases(suite, lines), source=f"upload {upload.name}")
+        else:
+            version = eval_set_generate(actor=request.actor, workspace=request.workspace, name=name, suite=suite,
+                                        seed=int(request.POST.get("seed") or 0), n=int(request.POST.get("n") or 50))
+        messages.success(request, f"Created {version} with {version.case_count} cases.")
+    except (EvalError, ValueError, UnicodeDecodeError) as exc:
+        messages.error(request, f"No set created: {exc}")
+    return redirect("evaluation_home", ws=request.workspace.slug)
+
+
+@workspace_view()
+def eval_set_detail(request, name: str, number: int):
+    version = selectors.set_version_get(request.workspace, name, number)
+    if request.GET.get("format") == "jsonl":
+        body = "".join(json.dumps(c.data, ensure_ascii=False) + "\n" for c in version.cases.all())
+        response = HttpResponse(body, content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="{name}-v{number}.jsonl"'
+        return response
+    cases = version.cases.all()
+    if request.GET.get("category"):
+        cases = cases.filter(category=request.GET["category"])
+    page = Paginator(cases, 50).get_page(request.GET.get("page"))
+    return render(request, "evaluation/set.html", {"version": version, "page": page})
+
+
+@require_POST
+@workspace_view(WRITE)
+def eval_run_create(request):
+    try:
+        name, _, number = request.POST.get("set", "").partition("@v")
+        set_version = selectors.set_version_get(request.workspace, name, int(number or 0))
+        harness = harness_selectors.harness_get(request.workspace, request.POST.get("harness", ""))
+        version = harness_selectors.version_resolve(harness, request.POST.get("version") or "production")
+        run = run_create(actor=request.actor, workspace=request.workspace, set_version=set_version, harness=harness,
+                         version=version, backend=request.POST.get("backend", ""),
+                         judge=request.POST.get("judge") or "reference",
+                         concurrency=int(request.POST.get("concurrency") or 4))
+    except (EvalError, ValueError, ImproperlyConfigured, KeyError, Http404) as exc:
+        messages.error(request, f"Run not started: {exc}")
+        return redirect("evaluation_home", ws=request.workspace.slug)
+    return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
+
+
+@workspace_view()
+def eval_run_detail(request, run_id: int):
+    run = selectors.run_get(request.workspace, run_id)
+    export = request.GET.get("format")
+    results = run.results.select_related("case").defer("trace")
+    if export in ("csv", "jsonl"):
+        return _export(run, results, export)
+    failing = request.GET.get("failing") == "1"
+    if failing:
+        results = results.filter(accuracy__lt=1)
+    page = Paginator(results, 50).get_page(request.GET.get("page"))
+    return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing,
+                                                   "progress": selectors.run_progress(run.pk)})
+
+
+def _export(run, results, fmt):
+    if fmt == "jsonl":
+        body = "".join(json.dumps({"case_id": r.case.case_id, "category": r.category, "accuracy": r.accuracy,
+                                   "effectiveness": r.effectiveness, "scores": r.scores, "reasons": r.reasons,
+                                   "judge": r.judge_version, "outcome": r.outcome, "latency_ms": r.latency_ms,
+                                   "reply": r.reply}, ensure_ascii=False) + "\n" for r in results)
+        response = HttpResponse(body, content_type="application/x-ndjson")
+    else:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["case_id", "category", "accuracy", "effectiveness", "outcome", "latency_ms", "judge", "reply"])
+        for r in results:
+            writer.writerow([r.case.case_id, r.category, r.accuracy, r.effectiveness, r.outcome,
+                             round(r.latency_ms, 1), r.judge_version, r.reply])
+        response = HttpResponse(buffer.getvalue(), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.{fmt}"'
+    return response
+
+
+@workspace_view()
+def eval_result_detail(request, run_id: int, result_id: int):
+    run = selectors.run_get(request.workspace, run_id)
+    result = EvalResult.objects.select_related("case").filter(run=run, pk=result_id).first()
+    if result is None:
+        raise Http404("No such result.")
+    return render(request, "evaluation/result.html", {"run": run, "result": result, "trace": result.trace,
+                                                      "case": result.case.data})
+
+
+@require_POST
+@workspace_view(WRITE)
+def eval_run_cancel(request, run_id: int):
+    run = run_cancel(actor=request.actor, run=selectors.run_get(request.workspace, run_id))
+    messages.info(request, f"Run {run.pk}: {run.status}{' (stopping)' if run.cancel_requested else ''}.")
+    return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
+
+
+@workspace_view(WRITE)
+def annotate(request):
+    """The annotation queue: one case at a time; several annotators label each case."""
+    from evaluation.calibration import CalibrationError, annotation_add, annotation_queue
+
+    if request.method == "POST":
+        result = EvalResult.objects.filter(run__workspace=request.workspace, pk=request.POST.get("result")).first()
+        if result is None:
+            raise Http404("No such case.")
+        try:
+            annotation_add(actor=request.actor, workspace=request.workspace, user=request.user, result=result,
+                           accuracy=int(request.POST.get("accuracy", -1)),
+                           effectiveness=float(request.POST.get("effectiveness", -1)),
+                           comment=request.POST.get("comment", ""))
+            messages.success(request, f"Labelled {result.case.case_id}.")
+        except (CalibrationError, ValueError) as exc:
+            messages.error(request, str(exc))
+        return redirect("annotate", ws=request.workspace.slug)
+    queue = annotation_queue(request.workspace, request.user)
+    result = queue.first()
+    return render(request, "evaluation/annotate.html", {"result": result, "remaining": queue.count(),
+                                                        "case": result.case.data if result else None,
+                                                        "trace": result.trace if result else None})
+
+
+@workspace_view()
+def agreement(request):
+    from evaluation.calibration import agreement_report
+
+    return render(request, "evaluation/agreement.html", {"report": agreement_report(request.workspace)})

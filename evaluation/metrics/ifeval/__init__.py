@@ -1,0 +1,35 @@
+"""IFEval (Zhou et al. 2023) with the official instruction checkers, vendored (see README.md here).
+
+    from evaluation.metrics.ifeval import evaluate_ifeval, mini_records
+    result = evaluate_ifeval(mini_records(), {"1001": "response text", ...})
+    result.prompt_level_strict, result.instruction_level_loose
+
+`score_response(record, response)` scores one record (a per-case result row);
+`aggregate_scores(rows)` turns stored rows into the run-level metrics.
+"""
+
+from evaluation.metrics.ifeval.evaluate import (
+    IfevalRecordResult,
+    IfevalResult,
+    aggregate_scores,
+    check_record,
+    evaluate_ifeval,
+    loose_variants,
+    mini_records,
+    read_records,
+    score_response,
+)
+from evaluation.metrics.ifeval.instructions_registry import INSTRUCTION_DICT
+
+__all__ = [
+    "INSTRUCTION_DICT",
+    "IfevalRecordResult",
+    "IfevalResult",
+    "aggregate_scores",
+    "check_record",
+    "evaluate_ifeval",
+    "loose_variants",
+    "mini_records",
+    "read_records",
+    "score_response",
+]

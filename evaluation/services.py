@@ -1,0 +1,261 @@
+"""Writes for evaluation: eval sets (import, generate), runs (create, execute, cancel)."""
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+import time
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from console.access import WRITE, Actor, require
+from console.jobs import enqueue
+from console.models import Workspace
+from console.services import audit_record
+from evaluation.execution import SUITES, evaluate_case
+from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
+from evaluation.progress import publish_progress_sync
+from evaluation.selectors import run_progress, summarise
+from harness import selectors as harness_selectors
+from harness.models import Harness, HarnessVersion
+from harness.simulator.cases import Case
+from serving.model_config import backend_for
+
+log = logging.getLogger(__name__)
+MAX_CASES = 20_000
+IFEVAL_KEYS = ("key", "prompt", "instruction_id_list", "kwargs")
+
+
+class EvalError(ValueError):
+    """A request evaluation refuses, with a message for the user."""
+
+
+def parse_cases(suite: str, lines: list[str]) -> list[dict]:
+    """Parse JSONL into case dicts; every bad line is reported with its number, and nothing is kept."""
+    if suite not in SUITES:
+        raise EvalError(f"Unknown suite {suite!r}; choose one of {', '.join(SUITES)}.")
+    cases, errors, seen = [], [], set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if suite == "ifeval":
+                missing = [k for k in IFEVAL_KEYS if k not in data]
+                if missing:
+                    raise ValueError(f"missing {', '.join(missing)}")
+                data = {**data, "case_id": str(data["key"]), "category": "ifeval"}
+            else:
+                Case.from_dict(data)  # validates the shape
+            if data["case_id"] in seen:
+                raise ValueError(f"duplicate case_id {data['case_id']}")
+            seen.add(data["case_id"])
+            cases.append(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            errors.append(f"line {number}: {exc}")
+    if errors:
+        raise EvalError("; ".join(errors[:20]) + (f" (and {len(errors) - 20} more)" if len(errors) > 20 else ""))
+    if not cases:
+        raise EvalError("The file holds no cases.")
+    if len(cases) > MAX_CASES:
+        raise EvalError(f"At most {MAX_CASES} cases per set version.")
+    return cases
+
+
+@transaction.atomic
+def eval_set_add_version(*, actor: Actor, workspace: Workspace, name: str, suite: str, cases: list[dict],
+                         source: str, description: str = "") -> EvalSetVersion:
+    """A new immutable version of set `name` (created on first use) holding `cases`."""
+    require(actor, workspace, WRITE)
+    eval_set, _ = EvalSet.objects.get_or_create(workspace=workspace, name=name,
+                                                defaults={"suite": suite, "description": description})
+    if eval_set.suite != suite:
+        raise EvalError(f"{name} is a {eval_set.suite} set; it cannot take {suite} cases.")
+    number = (eval_set.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    version = EvalSetVersion.objects.create(eval_set=eval_set, number=number, source=source[:200],
+                                            case_count=len(cases), created_by=actor.label)
+    EvalCase.objects.bulk_create([EvalCase(set_version=version, case_id=c["case_id"], category=c["category"], data=c)
+                                  for c in cases])
+    audit_record(actor=actor, workspace=workspace, action="eval_set.version", target_type="eval_set",
+                 target_id=version.pk, target_label=str(version), after={"cases": len(cases), "source": source})
+    return version
+
+
+def eval_set_generate(*, actor: Actor, workspace: Workspace, name: str, suite: str, seed: int, n: int,
+                      fault_rate: float = 0.5) -> EvalSetVersion:
+    """Simulated cases (Live-Stream QA, Harness-Variant or Robustness) from a seeded world."""
+    from harness.simulator import generate_cases, generate_room
+
+    if suite == "ifeval":
+        raise EvalError("IFEval sets are imported from IFEval JSONL, not simulated.")
+    if not 1 <= n <= MAX_CASES:
+        raise EvalError(f"Choose between 1 and {MAX_CASES} cases.")
+    cases = generate_cases(seed, n, room=generate_room(seed))
+    if suite == "robustness":
+        cases = _with_faults(cases, seed, fault_rate)
+    data = [{**c.to_dict(), "suite": suite} for c in cases]
+    return eval_set_add_version(actor=actor, workspace=workspace, name=name, suite=suite, cases=data,
+                                source=f"simulator seed={seed} n={n}")
+
+
+def _with_faults(cases: list[Case], seed: int, rate: float) -> list[Case]:
+    """Force one fault on one expected tool of a share of the cases (deterministic by seed)."""
+    import dataclasses
+    import random
+
+    from harness.simulator.cases import FAULTS
+
+    rng = random.Random(seed)
+    out = []
+    for case in cases:
+        tools = [t.name for t in case.expected.tools]
+        if tools and rng.random() < rate:
+            case = dataclasses.replace(case, faults={rng.choice(tools): rng.choice(FAULTS)})
+        out.append(case)
+    return out
+
+
+def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersion, harness: Harness,
+               version: HarnessVersion, backend: str, judge: str = "reference", concurrency: int = 4,
+               queue: str = "cpu", start: bool = True) -> EvalRun:
+    """Create a run and (unless start=False) queue it; the job starts after the transaction commits."""
+    from evaluation.judges import get_judge
+    from evaluation.tasks import execute_run
+
+    require(actor, workspace, WRITE)
+    if set_version.eval_set.workspace_id != workspace.pk or harness.workspace_id != workspace.pk:
+        raise EvalError("The set and the harness must belong to this workspace.")
+    if version.harness_id != harness.pk:
+        raise EvalError("That version belongs to another harness.")
+    if not 1 <= concurrency <= 64:
+        raise EvalError("Concurrency must be between 1 and 64.")
+    if queue not in ("cpu", "gpu"):
+        raise EvalError("Queue must be cpu or gpu.")
+    get_judge(judge)  # unknown judges fail here, not in the worker
+    backend_for(backend)  # likewise for backends (and scripted in production)
+    with transaction.atomic():
+        run = EvalRun.objects.create(
+            workspace=workspace, set_version=set_version, harness=harness, harness_version=version, backend=backend,
+            judge=judge, concurrency=concurrency, queue=queue, total=set_version.case_count, created_by=actor.label,
+            config={"suite": set_version.eval_set.suite, "backend": backend, "judge": judge,
+                    "concurrency": concurrency, "harness_hash": version.content_hash, "set": str(set_version)},
+        )
+        audit_record(actor=actor, workspace=workspace, action="eval_run.create", target_type="eval_run",
+                     target_id=run.pk, target_label=str(run), after=run.config)
+        if start:
+            transaction.on_commit(lambda: enqueue(execute_run, args=[run.pk], queue=queue))
+    return run
+
+
+def run_cancel(*, actor: Actor, run: EvalRun) -> EvalRun:
+    require(actor, run.workspace, WRITE)
+    if run.status in (EvalRun.Status.QUEUED, EvalRun.Status.RUNNING):
+        EvalRun.objects.filter(pk=run.pk).update(cancel_requested=True)
+        if run.status == EvalRun.Status.QUEUED:
+            EvalRun.objects.filter(pk=run.pk).update(status=EvalRun.Status.CANCELLED, finished_at=timezone.now())
+        audit_record(actor=actor, workspace=run.workspace, action="eval_run.cancel", target_type="eval_run",
+                     target_id=run.pk, target_label=str(run))
+    run.refresh_from_db()
+    return run
+
+
+# Execution (inside the worker) ---------------------------------------------------------------------
+
+def _save_result(run: EvalRun, case: EvalCase, outcome) -> bool:
+    """Store one case's result; False if it was already stored (a re-delivered task), never twice."""
+    try:
+        with transaction.atomic():
+            EvalResult.objects.create(
+                run=run, case=case, category=case.category, accuracy=outcome.accuracy,
+                effectiveness=outcome.effectiveness, scores=outcome.scores, reasons=list(outcome.reasons),
+                judge_version=outcome.judge_version, outcome=outcome.outcome, latency_ms=outcome.latency_ms,
+                reply=outcome.reply, trace=outcome.trace,
+            )
+        return True
+    except IntegrityError:
+        return False
+
+
+def run_execute(*, run_id: int) -> str:
+    """Evaluate the run's remaining cases with bounded concurrency; resumable and cancellable.
+
+    The agent turns run concurrently on an event loop in a helper thread; every database write
+    (one row per finished case) happens here, in the calling thread, as outcomes arrive.
+    """
+    from evaluation.judges import get_judge
+
+    run = EvalRun.objects.select_related("harness_version", "set_version__eval_set").get(pk=run_id)
+    if run.status in (EvalRun.Status.DONE, EvalRun.Status.CANCELLED):
+        return run.status
+    EvalRun.objects.filter(pk=run_id).update(status=EvalRun.Status.RUNNING,
+                                             started_at=run.started_at or timezone.now())
+    done = set(EvalResult.objects.filter(run_id=run_id).values_list("case_id", flat=True))
+    pending = [c for c in EvalCase.objects.filter(set_version=run.set_version) if c.pk not in done]
+    spec = harness_selectors.version_spec(run.harness_version)
+    judge = get_judge(run.judge)
+    suite = run.set_version.eval_set.suite
+    outcomes: queue.Queue = queue.Queue()
+    cancel = threading.Event()
+
+    def evaluate_all() -> None:
+        try:
+            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel))
+        except BaseException as exc:  # handed to the calling thread, which records the failure
+            outcomes.put(exc)
+        finally:
+            outcomes.put(None)
+
+    worker = threading.Thread(target=evaluate_all, name=f"eval-run-{run_id}", daemon=True)
+    worker.start()
+    last_published = last_cancel_check = 0.0
+    failure = None
+    while (item := outcomes.get()) is not None:
+        if isinstance(item, BaseException):
+            failure = item
+            continue
+        case, outcome = item
+        saved = _save_result(run, case, outcome)
+        now = time.monotonic()
+        if now - last_cancel_check > 0.5:
+            last_cancel_check = now
+            if EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists():
+                cancel.set()
+        # Progress at most twice a second: the summary reads every result so far.
+        if saved and now - last_published > 0.5:
+            last_published = now
+            publish_progress_sync(run_id, run_progress(run_id))
+    worker.join()
+    if failure is not None:
+        log.error("eval run %s failed: %s", run_id, failure)
+        EvalRun.objects.filter(pk=run_id).update(status=EvalRun.Status.FAILED, error=str(failure)[:2000],
+                                                 finished_at=timezone.now())
+        raise failure
+    cancelled = cancel.is_set() or EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists()
+    status = EvalRun.Status.CANCELLED if cancelled else EvalRun.Status.DONE
+    results = list(EvalResult.objects.filter(run_id=run_id))
+    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now())
+    publish_progress_sync(run_id, run_progress(run_id))
+    return status
+
+
+async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel) -> None:
+    """Evaluate `pending` with at most run.concurrency turns in flight; `emit((case, outcome))` each result."""
+    semaphore = asyncio.Semaphore(run.concurrency)
+
+    async def one(case: EvalCase) -> None:
+        async with semaphore:
+            if cancel.is_set():
+                return
+            backend = backend_for(run.backend)
+            try:
+                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge)
+            finally:
+                close = getattr(backend, "aclose", None)
+                if close is not None:
+                    await close()
+            emit((case, outcome))
+
+    await asyncio.gather(*(one(case) for case in pending))

@@ -1,0 +1,128 @@
+"""Eval sets and runs on the real database, with the scripted model and the reference judge."""
+
+import json
+
+import pytest
+
+from console.access import Actor
+from evaluation import services
+from evaluation.metrics.ifeval import mini_records
+from evaluation.models import EvalResult, EvalRun
+from evaluation.selectors import run_progress
+
+pytestmark = pytest.mark.django_db
+SYSTEM = Actor.system("test")
+
+
+@pytest.fixture
+def scripted(settings):
+    settings.MODEL_BACKEND = "scripted"
+    settings.SCRIPTED_STEPS = ["Thanks for asking! Let me check that for you."]
+    return settings
+
+
+def make_run(workspace, harness, version, **kwargs):
+    return services.run_create(actor=SYSTEM, workspace=workspace, set_version=version, harness=harness,
+                               version=harness.head, backend="scripted", start=False, **kwargs)
+
+
+def test_generated_set_is_versioned_and_runs_resumably(workspace, harness, scripted):
+    first = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                       seed=3, n=12)
+    second = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                        seed=4, n=5)
+    assert (first.number, first.case_count, second.number) == (1, 12, 2)
+    run = make_run(workspace, harness, first, concurrency=3)
+    assert services.run_execute(run_id=run.pk) == "done"
+    run.refresh_from_db()
+    assert run.results.count() == 12 and run.status == "done" and run.summary["overall"]["n"] == 12
+    assert 0 <= run.summary["overall"]["accuracy"] <= 1
+    irrelevant = run.results.filter(category="irrelevant")
+    assert all(r.accuracy == 1 for r in irrelevant)  # silent refusal is the right answer there
+    # A re-delivered task finds every case done: nothing is counted twice.
+    EvalRun.objects.filter(pk=run.pk).update(status="running")
+    services.run_execute(run_id=run.pk)
+    assert run.results.count() == 12
+
+
+def test_resume_after_partial_run_counts_each_case_once(workspace, harness, scripted):
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=5, n=8)
+    run = make_run(workspace, harness, version)
+    services.run_execute(run_id=run.pk)
+    kept = list(run.results.order_by("id").values_list("case_id", flat=True)[:3])
+    EvalResult.objects.filter(run=run).exclude(case_id__in=kept).delete()  # as if the worker died after 3 cases
+    EvalRun.objects.filter(pk=run.pk).update(status="running")
+    services.run_execute(run_id=run.pk)
+    assert run.results.count() == 8 and set(kept) <= set(run.results.values_list("case_id", flat=True))
+
+
+def test_cancel_stops_a_run(workspace, harness, scripted):
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=6, n=6)
+    run = make_run(workspace, harness, version)
+    services.run_cancel(actor=SYSTEM, run=run)
+    run.refresh_from_db()
+    assert run.status == "cancelled" and services.run_execute(run_id=run.pk) == "cancelled"
+    assert run.results.count() == 0
+
+
+@pytest.mark.parametrize("suite", ["robustness", "harness_variant"])
+def test_other_simulated_suites(workspace, harness, scripted, suite):
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name=suite, suite=suite, seed=7, n=6)
+    run = make_run(workspace, harness, version)
+    assert services.run_execute(run_id=run.pk) == "done"
+    assert run.results.count() == 6
+    if suite == "robustness":
+        assert any(r.scores.get("tool_call_correctness") is not None or len(r.scores) > 2 for r in run.results.all())
+    else:  # the variant's spec differs from the original: the trace's harness hash says so
+        assert all(r.trace["harness_hash"] != harness.head.content_hash for r in run.results.all())
+
+
+def test_ifeval_suite_imports_jsonl_and_scores(workspace, harness, scripted):
+    lines = [json.dumps(r) for r in mini_records()]
+    cases = services.parse_cases("ifeval", lines)
+    version = services.eval_set_add_version(actor=SYSTEM, workspace=workspace, name="ifeval-mini", suite="ifeval",
+                                            cases=cases, source="mini")
+    run = make_run(workspace, harness, version)
+    services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    overall = run.summary["overall"]
+    assert overall["n"] == len(lines) and "instruction_level_strict" in overall and "prompt_loose" in overall
+
+
+def test_bad_jsonl_is_refused_whole(workspace):
+    good = json.dumps(mini_records()[0])
+    with pytest.raises(services.EvalError, match="line 2"):
+        services.parse_cases("ifeval", [good, "{broken", json.dumps({"key": 1})])
+    with pytest.raises(services.EvalError, match="line 1"):
+        services.parse_cases("live_stream_qa", [json.dumps({"case_id": "x"})])
+
+
+def test_run_create_validates(workspace, harness, foreign_harness, scripted):
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="s", suite="live_stream_qa",
+                                         seed=1, n=2)
+    with pytest.raises(services.EvalError):
+        services.run_create(actor=SYSTEM, workspace=workspace, set_version=version, harness=foreign_harness,
+                            version=foreign_harness.head, backend="scripted", start=False)
+    with pytest.raises(services.EvalError):
+        make_run(workspace, harness, version, concurrency=0)
+    with pytest.raises(KeyError):
+        make_run(workspace, harness, version, judge="nope")
+
+
+def test_progress_snapshot_and_console_pages(client, members, workspace, harness, scripted):
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=2, n=4)
+    run = make_run(workspace, harness, version)
+    services.run_execute(run_id=run.pk)
+    progress = run_progress(run.pk)
+    assert progress["done"] == progress["total"] == 4 and progress["status"] == "done"
+    client.force_login(members["viewer"])
+    page = client.get(f"/w/acme/eval/runs/{run.pk}/").content.decode()
+    assert "Run #" in page and "lsqa@v1" in page
+    csv_body = client.get(f"/w/acme/eval/runs/{run.pk}/?format=csv").content.decode()
+    assert csv_body.startswith("case_id,category,accuracy") and len(csv_body.splitlines()) == 5
+    result = run.results.first()
+    assert client.get(f"/w/acme/eval/runs/{run.pk}/results/{result.pk}/").status_code == 200
+    assert len(client.get("/w/acme/eval/sets/lsqa/v/1/?format=jsonl").content.decode().splitlines()) == 4
