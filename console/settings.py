@@ -64,6 +64,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the ASGI server itself, in both modes
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -120,8 +121,11 @@ else:
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_TASK_ROUTES = {"evaluation.*": {"queue": "cpu"}, "training.*": {"queue": "gpu"}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# An unacknowledged job (its worker died) goes back on the queue after this many seconds.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env("HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S", 3600, cast=int)}
 
 # Cache: per-key rate limits. Redis when available, so limits hold across processes.
 if REDIS_URL:
@@ -138,6 +142,7 @@ OPENAI_API_KEY = env("HARNESSOPS_OPENAI_API_KEY", None)
 OPENAI_TIMEOUT_S = env("HARNESSOPS_OPENAI_TIMEOUT_S", 30.0, cast=float)
 # A scripted backend replays these steps for every turn (tests, benchmarks); JSON list of steps.
 SCRIPTED_STEPS: list = json.loads(env("HARNESSOPS_SCRIPTED_STEPS", "[]"))
+SCRIPTED_DELAY_S = env("HARNESSOPS_SCRIPTED_DELAY_S", 0.0, cast=float)  # emulated model latency
 
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)
@@ -160,6 +165,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# Without collectstatic (embedded mode, tests) WhiteNoise serves straight from the app folders.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 
 # Limits that keep bad input from becoming half-written state.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env("HARNESSOPS_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, cast=int)

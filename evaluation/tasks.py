@@ -5,7 +5,7 @@ from celery import shared_task
 from evaluation.models import EvalRun
 
 
-@shared_task(name="evaluation.execute_run", queue="cpu", acks_late=True, time_limit=6 * 3600,
+@shared_task(name="evaluation.execute_run", acks_late=True, time_limit=6 * 3600,
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def execute_run(run_id: int) -> str:
     """Evaluate every case of the run that has no result yet (so a re-delivered task resumes)."""
