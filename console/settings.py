@@ -164,7 +164,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# collectstatic's target: production images collect into it; the embedded mode serves from the apps.
+STATIC_ROOT = env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles") if PRODUCTION else None)
 # Without collectstatic (embedded mode, tests) WhiteNoise serves straight from the app folders.
 WHITENOISE_USE_FINDERS = not PRODUCTION
 

@@ -32,6 +32,7 @@ urlpatterns = [
     path(ws + "eval/", evaluation.evaluation_home, name="evaluation_home"),
     path(ws + "eval/annotate/", evaluation.annotate, name="annotate"),
     path(ws + "eval/agreement/", evaluation.agreement, name="agreement"),
+    path(ws + "eval/compare/", evaluation.compare, name="eval_compare"),
     path(ws + "eval/sets/", evaluation.eval_set_create, name="eval_set_create"),
     path(ws + "eval/sets/<slug:name>/v/<int:number>/", evaluation.eval_set_detail, name="eval_set_detail"),
     path(ws + "eval/runs/", evaluation.eval_run_create, name="eval_run_create"),

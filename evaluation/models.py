@@ -132,3 +132,20 @@ class Annotation(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["result", "annotator"], name="one_label_per_annotator")]
+
+
+class RunComparison(models.Model):
+    """Two runs on the same set version compared, with the regression gate's verdict kept beside them."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="run_comparisons")
+    baseline = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="+")
+    candidate = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="comparisons")
+    gate = models.JSONField(help_text="the gate rule: metrics, max_drop, confidence, method")
+    passed = models.BooleanField()
+    reasons = models.JSONField(default=list)
+    metrics = models.JSONField(help_text="per metric: means, delta, CI, regressed and improved case ids")
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]

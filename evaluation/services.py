@@ -259,3 +259,57 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
             emit((case, outcome))
 
     await asyncio.gather(*(one(case) for case in pending))
+
+
+DEFAULT_GATE = {"metrics": ["accuracy", "effectiveness"], "max_drop": 0.02, "confidence": 0.95, "method": "bootstrap"}
+
+
+def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, gate: dict | None = None):
+    """Compare two finished runs of the same set version and apply the regression gate; stored and audited."""
+    from evaluation.metrics.compare import RegressionGate, compare_runs
+    from evaluation.models import RunComparison
+
+    require(actor, candidate.workspace, WRITE)
+    if baseline.workspace_id != candidate.workspace_id:
+        raise EvalError("Both runs must belong to this workspace.")
+    if baseline.set_version_id != candidate.set_version_id:
+        raise EvalError("Compare runs of the same eval set version (paired cases).")
+    if baseline.status != EvalRun.Status.DONE or candidate.status != EvalRun.Status.DONE:
+        raise EvalError("Both runs must be done.")
+    rule = {**DEFAULT_GATE, **(gate or {})}
+    if not (0 <= float(rule["max_drop"]) <= 1 and 0.5 <= float(rule["confidence"]) < 1):
+        raise EvalError("max_drop must be within 0..1 and confidence within 0.5..1.")
+
+    def per_case(run: EvalRun) -> dict:
+        return {case_id: {**scores, "accuracy": acc, "effectiveness": eff}
+                for case_id, acc, eff, scores in run.results.values_list("case__case_id", "accuracy",
+                                                                          "effectiveness", "scores")}
+
+    a, b = per_case(baseline), per_case(candidate)
+    comparison = compare_runs(a, b, confidence=float(rule["confidence"]), method=rule["method"])
+    verdict = RegressionGate(metrics=tuple(rule["metrics"]), max_drop=float(rule["max_drop"]),
+                             confidence=float(rule["confidence"]), method=rule["method"]).check(a, b)
+    metrics = {name: {"n": m.n, "baseline": m.baseline_mean, "candidate": m.candidate_mean, "delta": m.delta,
+                      "ci_low": m.ci_low, "ci_high": m.ci_high, "regressed": list(m.regressed),
+                      "improved": list(m.improved)} for name, m in comparison.metrics.items()}
+    with transaction.atomic():
+        stored = RunComparison.objects.create(
+            workspace=candidate.workspace, baseline=baseline, candidate=candidate, gate=rule, passed=verdict.passed,
+            reasons=list(verdict.reasons), metrics=_finite(metrics), created_by=actor.label)
+        audit_record(actor=actor, workspace=candidate.workspace, action="eval.compare", target_type="run_comparison",
+                     target_id=stored.pk, target_label=f"run {baseline.pk} → run {candidate.pk}",
+                     after={"passed": verdict.passed, "reasons": list(verdict.reasons)})
+    return stored
+
+
+def _finite(value):
+    """JSON has no NaN: undefined statistics are stored as null."""
+    import math
+
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

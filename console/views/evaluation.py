@@ -5,7 +5,7 @@ import io
 import json
 
 from django.contrib import messages
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -177,3 +177,33 @@ def agreement(request):
     from evaluation.calibration import agreement_report
 
     return render(request, "evaluation/agreement.html", {"report": agreement_report(request.workspace)})
+
+
+@workspace_view()
+def compare(request):
+    """GET: pick two runs; POST: compare them with the regression gate (stored); ?id= shows a stored one."""
+    from evaluation.models import RunComparison
+    from evaluation.services import DEFAULT_GATE, comparison_create
+
+    comparison = None
+    if request.method == "POST":
+        if WRITE not in request.capabilities:
+            raise PermissionDenied("Comparing runs needs the write permission.")
+        try:
+            baseline = selectors.run_get(request.workspace, int(request.POST.get("baseline", 0)))
+            candidate = selectors.run_get(request.workspace, int(request.POST.get("candidate", 0)))
+            gate = {"max_drop": float(request.POST.get("max_drop", DEFAULT_GATE["max_drop"])),
+                    "confidence": float(request.POST.get("confidence", DEFAULT_GATE["confidence"]))}
+            comparison = comparison_create(actor=request.actor, baseline=baseline, candidate=candidate, gate=gate)
+            return redirect(f"{request.path}?id={comparison.pk}")
+        except (EvalError, ValueError) as exc:
+            messages.error(request, str(exc))
+    elif request.GET.get("id"):
+        comparison = RunComparison.objects.filter(workspace=request.workspace, pk=request.GET["id"]).select_related(
+            "baseline", "candidate").first()
+        if comparison is None:
+            raise Http404("No such comparison.")
+    done = selectors.runs(request.workspace).filter(status="done")
+    return render(request, "evaluation/compare.html", {"runs": done, "comparison": comparison, "gate": DEFAULT_GATE,
+                                                       "history": RunComparison.objects.filter(
+                                                           workspace=request.workspace)[:20]})

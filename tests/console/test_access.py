@@ -52,6 +52,7 @@ CONSOLE = {
     "eval_result_detail": ("GET", "read"),
     "annotate": ("GET", "write"),
     "agreement": ("GET", "read"),
+    "eval_compare": ("GET", "read"),
 }
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},

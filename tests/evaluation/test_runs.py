@@ -126,3 +126,42 @@ def test_progress_snapshot_and_console_pages(client, members, workspace, harness
     result = run.results.first()
     assert client.get(f"/w/acme/eval/runs/{run.pk}/results/{result.pk}/").status_code == 200
     assert len(client.get("/w/acme/eval/sets/lsqa/v/1/?format=jsonl").content.decode().splitlines()) == 4
+
+
+def test_comparison_and_regression_gate(client, members, workspace, harness, scripted, settings):
+    from evaluation.models import RunComparison
+
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=8, n=10)
+    baseline = make_run(workspace, harness, version)
+    services.run_execute(run_id=baseline.pk)
+    same = make_run(workspace, harness, version)
+    services.run_execute(run_id=same.pk)
+    baseline.refresh_from_db()
+    same.refresh_from_db()
+    # The same scripted model twice: no delta, the gate passes.
+    passed = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=same)
+    assert passed.passed and passed.metrics["accuracy"]["delta"] == 0
+    # Make the baseline right everywhere and a candidate wrong everywhere: every case regresses.
+    worse = make_run(workspace, harness, version)
+    services.run_execute(run_id=worse.pk)
+    worse.refresh_from_db()
+    EvalResult.objects.filter(run=baseline).update(accuracy=1, effectiveness=1)
+    EvalResult.objects.filter(run=worse).update(accuracy=0, effectiveness=0)
+    failed = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=worse,
+                                        gate={"max_drop": 0.05, "confidence": 0.9})
+    assert failed.passed is False and failed.reasons
+    assert len(failed.metrics["accuracy"]["regressed"]) == 10 and failed.metrics["accuracy"]["delta"] == -1
+    other = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="other", suite="live_stream_qa",
+                                       seed=9, n=2)
+    elsewhere = make_run(workspace, harness, other)
+    services.run_execute(run_id=elsewhere.pk)
+    elsewhere.refresh_from_db()
+    with pytest.raises(services.EvalError, match="same eval set version"):
+        services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=elsewhere)
+    client.force_login(members["operator"])
+    response = client.post("/w/acme/eval/compare/", {"baseline": baseline.pk, "candidate": same.pk,
+                                                     "max_drop": "0.05", "confidence": "0.95"})
+    assert response.status_code == 302
+    page = client.get(response.url).content.decode()
+    assert "Gate PASSED" in page and RunComparison.objects.count() >= 2
