@@ -160,7 +160,7 @@ def test_comparison_and_regression_gate(client, members, workspace, harness, scr
     with pytest.raises(services.EvalError, match="same eval set version"):
         services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=elsewhere)
     client.force_login(members["operator"])
-    response = client.post("/w/acme/eval/compare/", {"baseline": baseline.pk, "candidate": same.pk,
+    response = client.post("/w/acme/eval/compare/", {"baseline": worse.pk, "candidate": worse.pk,
                                                      "max_drop": "0.05", "confidence": "0.95"})
     assert response.status_code == 302
     page = client.get(response.url).content.decode()
