@@ -45,6 +45,7 @@ urlpatterns = [
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),
     path(h + "v/<int:number>/export.zip", harness.version_export, name="version_export"),
     path(h + "diff/", harness.version_diff, name="version_diff"),
+    path(h + "v/<int:number>/augment/", harness.version_augment, name="version_augment"),
     path(h + "edit/", harness.harness_edit, name="harness_edit"),
     path(h + "edit/check/", harness.harness_edit_check, name="harness_edit_check"),
     path(h + "edit/preview/", harness.harness_edit_preview, name="harness_edit_preview"),

@@ -321,3 +321,26 @@ def _labels_response(request, harness):
                    "labels": selectors.labels_with_history(harness)}
         return render(request, "harness/detail.html#labels", context)
     return redirect("harness_detail", ws=request.workspace.slug, name=harness.name)
+
+
+HSA_DIMENSIONS = ("skill_identifiers", "skill_content", "tool_definitions", "system_prompt", "hooks")
+
+
+@workspace_view()
+def version_augment(request, name: str, number: int):
+    """Preview a Harness-State Augmentation of a version: the mapping and the diff against the original."""
+    from harness.augmentation import HsaConfig, augment, augmentation_diff
+
+    harness = selectors.harness_get(request.workspace, name)
+    version = selectors.version_get(harness, number)
+    chosen = [d for d in request.GET.getlist("dimension") if d in HSA_DIMENSIONS] or list(HSA_DIMENSIONS)
+    try:
+        seed = int(request.GET.get("seed") or 0)
+    except ValueError:
+        seed = 0
+    spec = selectors.version_spec(version)
+    result = augment(spec, HsaConfig.only(*chosen), seed=seed)
+    return render(request, "harness/augment.html", {
+        "harness": harness, "version": version, "seed": seed, "dimensions": HSA_DIMENSIONS, "chosen": chosen,
+        "mapping": result.mapping.to_dict(), "diff": augmentation_diff(spec, result.spec),
+    })

@@ -53,6 +53,7 @@ CONSOLE = {
     "annotate": ("GET", "write"),
     "agreement": ("GET", "read"),
     "eval_compare": ("GET", "read"),
+    "version_augment": ("GET", "read"),
 }
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},

@@ -82,3 +82,12 @@ def test_hot_pages_use_a_bounded_number_of_queries(client, members, harness, url
     with CaptureQueriesContext(connection) as queries:
         assert client.get(url).status_code == 200
     assert len(queries) <= 15, [q["sql"] for q in queries]
+
+
+def test_hsa_preview_shows_mapping_and_diff(client, members, harness):
+    client.force_login(members["viewer"])
+    page = client.get("/w/acme/harnesses/avatar/v/1/augment/", {"dimension": "tool_definitions", "seed": "3"})
+    html = page.content.decode()
+    assert page.status_code == 200 and 'id="mapping"' in html
+    assert 'data-path="tools/' in html  # tool modules changed, shown as a diff
+    assert 'data-path="skills/' not in html  # other dimensions were not asked for
