@@ -90,4 +90,4 @@ def test_hsa_preview_shows_mapping_and_diff(client, members, harness):
     html = page.content.decode()
     assert page.status_code == 200 and 'id="mapping"' in html
     assert 'data-path="tools/' in html  # tool modules changed, shown as a diff
-    assert 'data-path="skills/' not in html  # other dimensions were not asked for
+    assert 'data-path="harness.yaml"' not in html  # limits belong to another dimension, not asked for
