@@ -62,3 +62,17 @@ def run_get(workspace: Workspace, run_id: int) -> EvalRun:
     if run is None:
         raise Http404("No such run.")
     return run
+
+
+def run_replay(run: EvalRun) -> dict:
+    """Deployment-replay statistics of a run's traces, plus the run's wall time and throughput."""
+    from evaluation.metrics.latency import replay_stats
+    from harness.selectors import version_spec
+
+    deadline = version_spec(run.harness_version).settings.deadline_s
+    stats = replay_stats(run.results.values_list("trace", flat=True), deadline_s=deadline)
+    if run.started_at and run.finished_at:
+        wall = (run.finished_at - run.started_at).total_seconds()
+        stats.update(run_wall_s=wall, turns_per_s=stats["n"] / wall if wall else None)
+    stats["concurrency"] = run.concurrency
+    return stats

@@ -107,7 +107,8 @@ def eval_run_detail(request, run_id: int):
         results = results.filter(accuracy__lt=1)
     page = Paginator(results, 50).get_page(request.GET.get("page"))
     return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing,
-                                                   "progress": selectors.run_progress(run.pk)})
+                                                   "progress": selectors.run_progress(run.pk),
+                                                   "replay": selectors.run_replay(run) if run.status == "done" else None})
 
 
 def _export(run, results, fmt):

@@ -165,3 +165,15 @@ def test_comparison_and_regression_gate(client, members, workspace, harness, scr
     assert response.status_code == 302
     page = client.get(response.url).content.decode()
     assert "Gate PASSED" in page and RunComparison.objects.count() >= 2
+
+
+def test_replay_command_prints_deployment_figures(workspace, harness, scripted, capsys):
+    from django.core.management import call_command
+
+    services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="replay", suite="live_stream_qa", seed=4, n=5)
+    call_command("replay", "avatar@v1", "replay@v1", workspace="acme", backend="scripted", concurrency=2)
+    out = capsys.readouterr().out
+    for figure in ("wall_p50_ms", "wall_p95_ms", "ttft_p50_ms", "decode_tokens_per_s", "success_rate",
+                   "within_deadline", "turns_per_s"):
+        assert figure in out
+    assert "run " in out and ": done" in out

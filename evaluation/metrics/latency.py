@@ -1,0 +1,52 @@
+"""Deployment-replay statistics over the traces of a replayed request set (an eval run's cases).
+
+- wall latency: each turn's `duration_ms` (everything the caller waited for), P50/P95;
+- TTFT: time to the first token of the turn's first model call that streamed, P50/P95;
+- decode tokens/s: Σ tokens_out / Σ (latency − TTFT) over model calls that report both;
+- execution success: share of turns that ended `replied` or `silent` (no fallback, deadline or error);
+- within deadline: share of turns whose wall latency is at most `deadline_s` (15 s by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def replay_stats(traces: Iterable[Mapping[str, Any]], *, deadline_s: float = 15.0) -> dict[str, Any]:
+    walls, ttfts, decode_tokens, decode_seconds, successes, n = [], [], 0, 0.0, 0, 0
+    for trace in traces:
+        if "duration_ms" not in trace:  # not an agent trace (e.g. an IFEval record)
+            continue
+        n += 1
+        walls.append(float(trace["duration_ms"]))
+        if trace.get("ttft_ms") is not None:
+            ttfts.append(float(trace["ttft_ms"]))
+        successes += trace.get("outcome") in ("replied", "silent")
+        for step in trace.get("steps", ()):
+            if step.get("kind") == "model" and step.get("ttft_ms") is not None and step.get("tokens_out"):
+                seconds = (float(step["latency_ms"]) - float(step["ttft_ms"])) / 1000
+                if seconds > 0:
+                    decode_tokens += int(step["tokens_out"])
+                    decode_seconds += seconds
+    return {
+        "n": n,
+        "wall_p50_ms": percentile(walls, 50),
+        "wall_p95_ms": percentile(walls, 95),
+        "ttft_p50_ms": percentile(ttfts, 50),
+        "ttft_p95_ms": percentile(ttfts, 95),
+        "decode_tokens_per_s": decode_tokens / decode_seconds if decode_seconds else None,
+        "success_rate": successes / n if n else None,
+        "within_deadline": sum(w <= deadline_s * 1000 for w in walls) / n if n else None,
+    }
