@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
     parser.add_argument("--model-name", help="the served model id (default: the backend's name)")
     parser.add_argument("--script", type=Path, help="scripted backend: a JSON list of steps")
+    parser.add_argument("--cycle", action="store_true", help="scripted backend: repeat the steps forever")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="added before every answer")
     parser.add_argument("--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
                         help="backend config (VALUE parsed as JSON when it parses), repeatable")
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.script is None:
             parser.error("--backend scripted needs --script FILE.json")
         config["steps"] = steps_from_json(json.loads(args.script.read_text()))
+        config["cycle"] = args.cycle
     try:
         backend = create_backend(args.backend, **config)
         if hasattr(backend, "load"):

@@ -33,9 +33,10 @@ class ScriptedCall:
 class ScriptedBackend:
     name = "scripted"
 
-    def __init__(self, steps: Sequence[Step], *, delay_s: float = 0.0):
+    def __init__(self, steps: Sequence[Step], *, delay_s: float = 0.0, cycle: bool = False):
         self.steps = list(steps)
         self.delay_s = delay_s
+        self.cycle = cycle  # replay the steps forever (a fixed-latency stand-in server for benchmarks)
         self.calls: list[ScriptedCall] = []
 
     @property
@@ -53,9 +54,12 @@ class ScriptedBackend:
     ) -> ModelResponse:
         started = time.perf_counter()
         index = len(self.calls)
-        # The step is consumed when the call starts, even if a deadline cancels the delay below.
-        self.calls.append(ScriptedCall(copy.deepcopy(messages), copy.deepcopy(tools), max_tokens,
-                                       temperature, tool_choice))
+        if self.cycle and self.steps:
+            index %= len(self.steps)
+        else:
+            # The step is consumed when the call starts, even if a deadline cancels the delay below.
+            self.calls.append(ScriptedCall(copy.deepcopy(messages), copy.deepcopy(tools), max_tokens,
+                                           temperature, tool_choice))
         if index >= len(self.steps):
             raise BackendError(f"scripted backend exhausted: call {index + 1}, {len(self.steps)} steps")
         if self.delay_s:
