@@ -13,6 +13,7 @@ Per suite:
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,8 @@ async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpe
     turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=room, recent_dialogue=case.dialogue)
     result = await run_turn(spec, turn, backend, sandbox.registry(), arm=f"eval:{suite}")
     verdict = judge(case, result.trace)
+    if inspect.isawaitable(verdict):  # model judges (the harness judge) are async
+        verdict = await verdict
     if suite == "robustness":
         from evaluation.metrics.robustness import robustness_scores
 

@@ -122,7 +122,6 @@ def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersio
                version: HarnessVersion, backend: str, judge: str = "reference", concurrency: int = 4,
                queue: str = "cpu", start: bool = True) -> EvalRun:
     """Create a run and (unless start=False) queue it; the job starts after the transaction commits."""
-    from evaluation.judges import get_judge
     from evaluation.tasks import execute_run
 
     require(actor, workspace, WRITE)
@@ -134,7 +133,7 @@ def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersio
         raise EvalError("Concurrency must be between 1 and 64.")
     if queue not in ("cpu", "gpu"):
         raise EvalError("Queue must be cpu or gpu.")
-    get_judge(judge)  # unknown judges fail here, not in the worker
+    resolve_judge(judge, backend)  # unknown judges fail here, not in the worker
     backend_for(backend)  # likewise for backends (and scripted in production)
     with transaction.atomic():
         run = EvalRun.objects.create(
@@ -179,14 +178,26 @@ def _save_result(run: EvalRun, case: EvalCase, outcome) -> bool:
         return False
 
 
+def resolve_judge(name: str, backend: str):
+    """A judge by name. `harness` is the Agent-as-a-Judge; `harness:a,b` votes over judge models a and b
+    (backend names); plain `harness` uses the run's backend."""
+    from evaluation.judges import get_judge
+    from evaluation.judges.harness_judge import HarnessJudge
+
+    if name == "harness" or name.startswith("harness:"):
+        models = [m for m in name.partition(":")[2].split(",") if m] or [backend]
+        for model in models:
+            backend_for(model)  # validates the name (and refuses scripted in production)
+        return HarnessJudge([lambda model=model: backend_for(model) for model in models])
+    return get_judge(name)
+
+
 def run_execute(*, run_id: int) -> str:
     """Evaluate the run's remaining cases with bounded concurrency; resumable and cancellable.
 
     The agent turns run concurrently on an event loop in a helper thread; every database write
     (one row per finished case) happens here, in the calling thread, as outcomes arrive.
     """
-    from evaluation.judges import get_judge
-
     run = EvalRun.objects.select_related("harness_version", "set_version__eval_set").get(pk=run_id)
     if run.status in (EvalRun.Status.DONE, EvalRun.Status.CANCELLED):
         return run.status
@@ -195,7 +206,7 @@ def run_execute(*, run_id: int) -> str:
     done = set(EvalResult.objects.filter(run_id=run_id).values_list("case_id", flat=True))
     pending = [c for c in EvalCase.objects.filter(set_version=run.set_version) if c.pk not in done]
     spec = harness_selectors.version_spec(run.harness_version)
-    judge = get_judge(run.judge)
+    judge = resolve_judge(run.judge, run.backend)
     suite = run.set_version.eval_set.suite
     outcomes: queue.Queue = queue.Queue()
     cancel = threading.Event()

@@ -8,6 +8,7 @@ failed write leaves nothing behind.
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils.text import slugify
 
 from console.access import APPROVE, WRITE, Actor, require
 from console.models import Workspace
@@ -190,8 +191,6 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
     reason = (reason or "").strip()
     if not reason:
         raise StoreError("Say why the label moves (the reason is kept in its history).")
-    from django.utils.text import slugify
-
     if not name or slugify(name) != name or len(name) > LABEL_NAME_MAX:
         raise StoreError("Label names use lowercase letters, digits and hyphens.")
     with transaction.atomic():

@@ -177,3 +177,14 @@ def test_replay_command_prints_deployment_figures(workspace, harness, scripted, 
                    "within_deadline", "turns_per_s"):
         assert figure in out
     assert "run " in out and ": done" in out
+
+
+def test_run_with_the_harness_judge_records_its_version(workspace, harness, scripted, settings):
+    settings.SCRIPTED_STEPS = [json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["ok"]})]
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="hj", suite="live_stream_qa",
+                                         seed=12, n=3)
+    run = make_run(workspace, harness, version, judge="harness")
+    services.run_execute(run_id=run.pk)
+    spoken = run.results.exclude(outcome="silent")
+    assert spoken and all(r.judge_version.startswith("harness-judge/") for r in spoken)
+    assert all(r.accuracy == 1 for r in spoken)
