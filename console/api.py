@@ -10,6 +10,7 @@ from harness.services import CommitConflict, StoreError
 from harness.spec import SpecInvalid
 from serving.api import router as serving_router
 from serving.auth import ApiKeyAuth
+from serving.experiments.services import ExperimentError
 from serving.services import ReplyRequestError
 
 api = NinjaAPI(
@@ -40,6 +41,7 @@ def _conflict(request, exc: CommitConflict):
 
 @api.exception_handler(StoreError)
 @api.exception_handler(ReplyRequestError)
+@api.exception_handler(ExperimentError)
 def _store_error(request, exc: Exception):
     return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
 

@@ -2,8 +2,9 @@
 
 from django.urls import path
 
-from console.consumers import RunProgressConsumer
+from console.consumers import ExperimentConsumer, RunProgressConsumer
 
 websocket_urlpatterns = [
     path("ws/runs/<int:run_id>/", RunProgressConsumer.as_asgi()),
+    path("ws/experiments/<int:experiment_id>/", ExperimentConsumer.as_asgi()),
 ]

@@ -3,7 +3,7 @@ from django.http import JsonResponse
 from django.urls import path
 
 from console.api import api
-from console.views import evaluation, harness, serving, workspace
+from console.views import evaluation, experiments, harness, serving, workspace
 
 
 def healthz(request):
@@ -29,6 +29,10 @@ urlpatterns = [
     path(ws + "playground/", serving.playground, name="playground"),
     path(ws + "playground/reset/", serving.playground_reset, name="playground_reset"),
     path(ws + "traces/", serving.trace_list, name="trace_list"),
+    path(ws + "experiments/", experiments.experiment_list, name="experiment_list"),
+    path(ws + "experiments/new/", experiments.experiment_new, name="experiment_new"),
+    path(ws + "experiments/<slug:key>/", experiments.experiment_detail, name="experiment_detail"),
+    path(ws + "experiments/<slug:key>/<str:action>/", experiments.experiment_action, name="experiment_action"),
     path(ws + "eval/", evaluation.evaluation_home, name="evaluation_home"),
     path(ws + "eval/annotate/", evaluation.annotate, name="annotate"),
     path(ws + "eval/agreement/", evaluation.agreement, name="agreement"),

@@ -9,7 +9,7 @@ from ninja.errors import HttpError
 
 from harness.runtime import reply_chunks
 from serving import services
-from serving.schemas import ReplyIn, ReplyOut
+from serving.schemas import EventsIn, EventsOut, ReplyIn, ReplyOut
 
 router = Router(tags=["replies"])
 
@@ -47,3 +47,16 @@ def _sse(reply: str, final: dict):
     for text in reply_chunks(reply):
         yield f"event: delta\ndata: {json.dumps({'text': text}, ensure_ascii=False)}\n\n"
     yield f"event: final\ndata: {json.dumps(final, ensure_ascii=False)}\n\n"
+
+
+@router.post("/events", response={200: EventsOut})
+def ingest_events(request, payload: EventsIn):
+    """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
+    batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""
+    from serving.experiments.live import publish_experiment_updates
+    from serving.experiments.services import events_ingest
+
+    result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events)
+    if result.accepted:
+        publish_experiment_updates(request.workspace)
+    return {"accepted": result.accepted, "duplicates": result.duplicates, "errors": result.errors}

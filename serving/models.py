@@ -72,10 +72,113 @@ class Trace(models.Model):
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
     hooks_fired = models.JSONField(default=list)
+    judge_accuracy = models.FloatField(null=True, blank=True, help_text="live-traffic judge, when sampled")
+    judge_effectiveness = models.FloatField(null=True, blank=True)
+    judge_version = models.CharField(max_length=100, blank=True)
     data = models.JSONField()
     created_at = models.DateTimeField(db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["workspace", "-created_at"]),
-                   models.Index(fields=["workspace", "harness_version", "-created_at"])]
+                   models.Index(fields=["workspace", "harness_version", "-created_at"]),
+                   models.Index(fields=["workspace", "arm", "-created_at"])]
+
+
+class Experiment(models.Model):
+    """A live A/B test of harness versions: viewers are hashed into arms with the experiment's seed."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        RUNNING = "running"
+        STOPPED = "stopped"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="experiments")
+    key = models.SlugField(max_length=64)
+    seed = models.CharField(max_length=64, help_text="hash seed; defaults to the key")
+    harness = models.ForeignKey(Harness, on_delete=models.PROTECT, related_name="experiments")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT, db_index=True)
+    coverage = models.FloatField(default=1.0, help_text="share of viewers in the experiment, 0..1")
+    rooms = models.JSONField(default=list, blank=True, help_text="room ids in scope; empty = every room")
+    guardrails = models.JSONField(default=dict, blank=True,
+                                  help_text="auto-stop thresholds: latency_p95_ms, accuracy_drop, min_samples")
+    control_only = models.BooleanField(default=False, help_text="after a guardrail stop: everyone gets control")
+    started_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    stop_reason = models.CharField(max_length=500, blank=True)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="experiment_key_per_workspace")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Arm(models.Model):
+    class Kind(models.TextChoices):
+        REACT = "react", "ReAct baseline"
+        LABEL = "label", "Harness label"
+        VERSION = "version", "Harness version"
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="arms")
+    index = models.PositiveSmallIntegerField()
+    name = models.SlugField(max_length=64)
+    weight = models.FloatField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    label = models.CharField(max_length=64, blank=True)
+    version = models.ForeignKey(HarnessVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "index"], name="arm_index_per_experiment")]
+        ordering = ["index"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Exposure(models.Model):
+    """The first time a viewer was assigned: sticky, one per viewer per experiment."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="exposures")
+    arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="exposures")
+    viewer_id = models.CharField(max_length=128)
+    bucket = models.DateTimeField(help_text="the minute of first exposure (rollup bucket)")
+    ipv = models.PositiveIntegerField(default=0, help_text="item-page views counted for this viewer")
+    first_seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "viewer_id"], name="one_exposure_per_viewer")]
+
+
+class Event(models.Model):
+    """A platform event (item_page_view, impression, …); unique by event_id so retries never count twice."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    event_id = models.CharField(max_length=100)
+    type = models.CharField(max_length=32)
+    viewer_id = models.CharField(max_length=128)
+    room_id = models.CharField(max_length=100)
+    item_id = models.CharField(max_length=100, blank=True)
+    ts = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "event_id"], name="event_id_per_workspace")]
+
+
+class Rollup(models.Model):
+    """Sufficient statistics per experiment × arm × minute of first exposure: users, Σy, Σy² (y = IPV per user)."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="rollups")
+    arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="rollups")
+    bucket = models.DateTimeField()
+    users = models.PositiveIntegerField(default=0)
+    sum_y = models.FloatField(default=0)
+    sum_y2 = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "arm", "bucket"], name="one_rollup_per_bucket")]
+        ordering = ["bucket"]

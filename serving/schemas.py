@@ -31,3 +31,19 @@ class ReplyOut(Schema):
     arm: str
     latency_ms: float
     outcome: str
+
+
+class EventsIn(Schema):
+    events: list = Field(max_length=1000, description="Up to 1000 events: {event_id, type, viewer_id, room_id, "
+                         "item_id, ts}; event_id makes retries and duplicates count once.")
+
+
+class EventError(Schema):
+    index: int
+    message: str
+
+
+class EventsOut(Schema):
+    accepted: int
+    duplicates: int
+    errors: list[EventError]

@@ -157,6 +157,10 @@ def room_reply(
     result = async_to_sync(_answer)(spec, turn, backend, arm)
     trace_writer.record(trace_row(workspace_id=workspace.pk, data=result.trace, source=source, harness_id=harness.pk,
                                   version_id=selection.version.pk if selection else None))
+    if selection is not None and selection.arm.startswith("exp:"):  # an experiment's arm
+        from serving.experiments.live import after_experiment_reply
+
+        after_experiment_reply(workspace=workspace, arm=selection.arm, trace_id=result.trace["trace_id"])
     return ReplyOutcome(result=result, selection=selection, harness=harness)
 
 

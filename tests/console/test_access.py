@@ -12,7 +12,7 @@ from evaluation import services as eval_services
 from evaluation.metrics.ifeval import mini_records
 from evaluation.models import EvalResult, EvalRun
 from harness import services
-from serving.models import Trace
+from serving.models import Experiment, Trace
 from serving.services import api_key_create
 
 pytestmark = pytest.mark.django_db
@@ -54,6 +54,10 @@ CONSOLE = {
     "agreement": ("GET", "read"),
     "eval_compare": ("GET", "read"),
     "version_augment": ("GET", "read"),
+    "experiment_list": ("GET", "read"),
+    "experiment_new": ("POST", "write"),
+    "experiment_detail": ("GET", "read"),
+    "experiment_action": ("POST", "write"),
 }
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
@@ -86,7 +90,9 @@ def console_url(name: str, ws: str, harness: str, key_id) -> str:
         if param in params:
             kwargs[param] = ids[param]
     if "action" in params:
-        kwargs["action"] = "discard"
+        kwargs["action"] = "stop" if name == "experiment_action" else "discard"
+    if "key" in params:
+        kwargs["key"] = "exp-secret" if harness == "secret" else "exp-" + ws
     if "trace_id" in params:
         kwargs["trace_id"] = "t-rival" if harness == "secret" else "t-" + ws
     return reverse(name, kwargs=kwargs)
@@ -114,6 +120,8 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
                                            effectiveness=1, judge_version="j", outcome="replied", latency_ms=1,
                                            trace={"steps": []})
         ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk}
+        Experiment.objects.create(workspace=space, key="exp-secret" if h.name == "secret" else f"exp-{space.slug}",
+                                  seed="s", harness=h, created_by="t")
     return {"own_key": ids["acme"], "foreign_key": ids["rival"]}
 
 
@@ -159,7 +167,7 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     assert request(client, method, console_url(name, "rival", "secret", world["foreign_key"])).status_code == 404
     # Their objects (harness, key), reached through our workspace's URL.
     url = console_url(name, "acme", "secret", world["foreign_key"])
-    foreign_object = "secret" in url or "t-rival" in url or any(
+    foreign_object = "secret" in url or "t-rival" in url or "exp-rival" in url or any(
         f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id") if k in url_params(name))
     if role != "outsider" and foreign_object:
         status = request(client, method, url).status_code

@@ -1,0 +1,83 @@
+"""Console pages for live A/B experiments: list, create, start/stop, and the live dashboard."""
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.access import WRITE
+from console.views.scoping import workspace_view
+from harness import selectors as harness_selectors
+from serving.experiments.selectors import experiment_snapshot
+from serving.experiments.services import ExperimentError, experiment_create, experiment_start, experiment_stop
+from serving.models import Experiment
+
+
+def _experiment(request, key: str) -> Experiment:
+    experiment = Experiment.objects.filter(workspace=request.workspace, key=key).select_related("harness").first()
+    if experiment is None:
+        raise Http404("No such experiment.")
+    return experiment
+
+
+@workspace_view()
+def experiment_list(request):
+    return render(request, "serving/experiments.html", {
+        "experiments": Experiment.objects.filter(workspace=request.workspace).select_related("harness"),
+        "harnesses": harness_selectors.harness_list(request.workspace),
+    })
+
+
+@require_POST
+@workspace_view(WRITE)
+def experiment_new(request):
+    """Arms come as one line each: `name weight react` | `name weight label:<label>` | `name weight v<N>`."""
+    try:
+        harness = harness_selectors.harness_get(request.workspace, request.POST.get("harness", ""))
+        arms = []
+        for line in request.POST.get("arms", "").splitlines():
+            if not line.strip():
+                continue
+            name, weight, target = line.split()
+            if target == "react":
+                arms.append({"name": name, "weight": float(weight), "kind": "react"})
+            elif target.startswith("label:"):
+                arms.append({"name": name, "weight": float(weight), "kind": "label", "label": target[6:]})
+            elif target.startswith("v") and target[1:].isdigit():
+                arms.append({"name": name, "weight": float(weight), "kind": "version", "version": int(target[1:])})
+            else:
+                raise ExperimentError(f"Unknown arm target {target!r}: use react, label:NAME or vN.")
+        guardrails = {k: float(request.POST[k]) for k in ("latency_p95_ms", "accuracy_drop", "min_samples")
+                      if request.POST.get(k)}
+        experiment = experiment_create(
+            actor=request.actor, workspace=request.workspace, key=request.POST.get("key", "").strip(), harness=harness,
+            arms=arms, coverage=float(request.POST.get("coverage") or 1.0),
+            rooms=[r for r in request.POST.get("rooms", "").split() if r], guardrails=guardrails)
+    except (ExperimentError, ValueError, Http404) as exc:
+        messages.error(request, f"Not created: {exc}")
+        return redirect("experiment_list", ws=request.workspace.slug)
+    return redirect("experiment_detail", ws=request.workspace.slug, key=experiment.key)
+
+
+@workspace_view()
+def experiment_detail(request, key: str):
+    experiment = _experiment(request, key)
+    snapshot = experiment_snapshot(experiment)
+    return render(request, "serving/experiment.html", {"experiment": experiment, "snapshot": snapshot})
+
+
+@require_POST
+@workspace_view(WRITE)
+def experiment_action(request, key: str, action: str):
+    experiment = _experiment(request, key)
+    try:
+        if action == "start":
+            experiment_start(actor=request.actor, experiment=experiment)
+        elif action == "stop":
+            experiment_stop(actor=request.actor, experiment=experiment,
+                            reason=request.POST.get("reason") or "stopped by an operator")
+        else:
+            raise Http404("Unknown action.")
+    except ExperimentError as exc:
+        messages.error(request, str(exc))
+    return redirect("experiment_detail", ws=request.workspace.slug, key=key)

@@ -1,0 +1,161 @@
+"""The dashboard's snapshot of an experiment, computed from rollups (never from raw events)."""
+
+from collections import defaultdict
+
+from django.utils import timezone
+
+from evaluation.metrics.latency import percentile
+from serving.experiments import statistics as stats
+from serving.experiments.services import experiment_arm_label
+from serving.models import Experiment, Rollup, Trace
+
+GUARDRAIL_WINDOW = 5000  # latest replies per arm used for latency percentiles
+
+
+def _cumulative(rollups):
+    """Per arm: running (users, Σy, Σy²) by bucket, for totals and the uplift-over-time series."""
+    totals = defaultdict(lambda: [0, 0.0, 0.0])
+    series = []
+    for bucket, rows in _by_bucket(rollups):
+        for row in rows:
+            t = totals[row.arm_id]
+            t[0] += row.users
+            t[1] += row.sum_y
+            t[2] += row.sum_y2
+        series.append((bucket, {arm: tuple(v) for arm, v in totals.items()}))
+    return {arm: tuple(v) for arm, v in totals.items()}, series
+
+
+def _by_bucket(rollups):
+    grouped = defaultdict(list)
+    for row in rollups:
+        grouped[row.bucket].append(row)
+    return sorted(grouped.items())
+
+
+def _arm_stats(triple) -> stats.ArmStats:
+    users, s, q = triple if triple else (0, 0.0, 0.0)
+    return stats.ArmStats(n=users, sum=s, sum_squares=q)
+
+
+def experiment_snapshot(experiment: Experiment) -> dict:
+    arms = list(experiment.arms.all())
+    if not arms:
+        return {"experiment": {"id": experiment.pk, "key": experiment.key, "status": experiment.status,
+                               "control_only": experiment.control_only, "stop_reason": experiment.stop_reason},
+                "arms": [], "metrics": [], "srm": None, "guardrails": [], "timeline": [],
+                "decision": {"status": "keep running", "rule": "the experiment has no arms"},
+                "updated_at": timezone.now().isoformat(timespec="seconds")}
+    control = arms[0]
+    totals, series = _cumulative(Rollup.objects.filter(experiment=experiment))
+    control_stats = _arm_stats(totals.get(control.pk))
+    metrics, p_values, sequentials = [], [], []
+    for arm in arms:
+        arm_stats = _arm_stats(totals.get(arm.pk))
+        row = {"arm": arm.name, "control": arm.pk == control.pk, "users": arm_stats.n, "views": arm_stats.sum,
+               "value": arm_stats.mean if arm_stats.n else None}
+        if arm.pk != control.pk:
+            uplift = stats.relative_uplift(control_stats, arm_stats)
+            sequential = stats.sequential_uplift(control_stats, arm_stats)
+            sequentials.append((arm.name, sequential))
+            if uplift.error:  # too little data for a test: say so rather than show a +0.0% change
+                row.update(change=None, ci_low=None, ci_high=None, p_value=None, seq_low=None, seq_high=None,
+                           note=uplift.error)
+            else:
+                row.update(change=uplift.delta, ci_low=uplift.ci_low, ci_high=uplift.ci_high, p_value=uplift.p_value,
+                           seq_low=sequential.ci_low, seq_high=sequential.ci_high)
+            p_values.append(uplift.p_value if not uplift.error else 1.0)
+        metrics.append(row)
+    adjusted = iter(stats.holm(p_values) if p_values else [])
+    for row in metrics:
+        if not row["control"]:
+            row["p_adjusted"] = next(adjusted)
+    users = [_arm_stats(totals.get(a.pk)).n for a in arms]
+    srm_p = stats.srm_p_value(users, [a.weight for a in arms]) if sum(users) else None
+    guardrails = _guardrails(experiment, arms)
+    guardrail_failed = guardrail_violation(experiment, guardrails)
+    decision = _decision(sequentials, guardrail_failed, experiment)
+    timeline = []
+    for bucket, cumulative in series:
+        c = _arm_stats(cumulative.get(control.pk))
+        point = {"bucket": bucket.isoformat(), "uplift": {}}
+        for arm in arms[1:]:
+            t = _arm_stats(cumulative.get(arm.pk))
+            if c.n > 1 and t.n > 1 and c.mean:
+                point["uplift"][arm.name] = (t.mean - c.mean) / abs(c.mean)
+        timeline.append(point)
+    return {
+        "experiment": {"id": experiment.pk, "key": experiment.key, "status": experiment.status,
+                       "control_only": experiment.control_only, "stop_reason": experiment.stop_reason},
+        "arms": [{"name": a.name, "kind": a.kind, "weight": a.weight, "users": u} for a, u in zip(arms, users, strict=True)],
+        "metrics": _finite(metrics),
+        "srm": {"p_value": srm_p, "observed": users,
+                "expected": [sum(users) * a.weight for a in arms]},
+        "guardrails": guardrails,
+        "decision": {"status": decision.status, "rule": decision.rule},
+        "timeline": timeline,
+        "updated_at": timezone.now().isoformat(timespec="seconds"),
+    }
+
+
+MIN_USERS_PER_ARM = 100
+
+
+def _decision(sequentials, guardrail_failed: str, experiment: Experiment) -> stats.Decision:
+    """One decision over the treatment arms: roll back beats ship beats keep running; the rules are shown."""
+    if experiment.control_only:
+        return stats.Decision(status="roll back", rule=experiment.stop_reason or "stopped: everyone on control")
+    decisions = [(name, stats.decide(seq, min_users=MIN_USERS_PER_ARM, guardrail_failed=bool(guardrail_failed)))
+                 for name, seq in sequentials]
+    for status in ("roll back", "ship", "keep running"):
+        chosen = [(name, d) for name, d in decisions if d.status == status]
+        if chosen:
+            rule = " · ".join(f"{name}: {d.rule}" for name, d in chosen)
+            if guardrail_failed:
+                rule = f"guardrail: {guardrail_failed} · {rule}"
+            return stats.Decision(status=status, rule=rule)
+    return stats.Decision(status="keep running", rule="no treatment arm yet")
+
+
+def _guardrails(experiment: Experiment, arms) -> list[dict]:
+    rows = []
+    since = experiment.started_at or experiment.created_at
+    for arm in arms:
+        traces = Trace.objects.filter(workspace=experiment.workspace, arm=experiment_arm_label(experiment.key, arm.name),
+                                      created_at__gte=since).order_by("-created_at")
+        latencies = list(traces.values_list("latency_ms", flat=True)[:GUARDRAIL_WINDOW])
+        judged = list(traces.exclude(judge_accuracy=None).values_list("judge_accuracy", "judge_effectiveness")
+                      [:GUARDRAIL_WINDOW])
+        rows.append({
+            "arm": arm.name, "replies": len(latencies),
+            "latency_p50_ms": percentile(latencies, 50), "latency_p95_ms": percentile(latencies, 95),
+            "within_deadline": sum(v <= 15_000 for v in latencies) / len(latencies) if latencies else None,
+            "judged": len(judged),
+            "accuracy": sum(a for a, _ in judged) / len(judged) if judged else None,
+            "effectiveness": sum(e for _, e in judged) / len(judged) if judged else None,
+        })
+    return rows
+
+
+def guardrail_violation(experiment: Experiment, guardrails: list[dict]) -> str:
+    """Why the auto-stop guardrail trips, or "" — thresholds from experiment.guardrails, compared per arm."""
+    rules = experiment.guardrails or {}
+    minimum = int(rules.get("min_samples", 50))
+    control = guardrails[0] if guardrails else None
+    for row in guardrails[1:]:
+        limit = rules.get("latency_p95_ms")
+        if limit and row["replies"] >= minimum and row["latency_p95_ms"] > float(limit):
+            return f"{row['arm']}: latency P95 {row['latency_p95_ms']:.0f} ms above {float(limit):.0f} ms"
+        drop = rules.get("accuracy_drop")
+        if (drop is not None and control and row["judged"] >= minimum and control["judged"] >= minimum
+                and row["accuracy"] < control["accuracy"] - float(drop)):
+            return (f"{row['arm']}: judge accuracy {row['accuracy']:.3f} below control {control['accuracy']:.3f} "
+                    f"by more than {float(drop)}")
+    return ""
+
+
+def _finite(rows):
+    import math
+
+    return [{k: (None if isinstance(v, float) and (math.isnan(v) or math.isinf(v)) else v) for k, v in row.items()}
+            for row in rows]

@@ -1,0 +1,269 @@
+"""Experiments on the database: create/start/stop, sticky assignment for the reply API, event ingestion
+with incremental rollups, and the auto-stop guardrail."""
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from console.access import INGEST, WRITE, Actor, require
+from console.models import Workspace
+from console.services import audit_record
+from harness import selectors as harness_selectors
+from harness.models import Harness
+from serving.experiments.assignment import assign
+from serving.models import Arm, Event, Experiment, Exposure, Rollup
+from serving.selection import DEFAULT_LABEL, Selection, register_experiment_selector
+
+MAX_EVENTS = 1000
+CLOCK_SKEW = timedelta(seconds=60)
+EVENT_TYPES = ("item_page_view", "impression", "click", "add_to_cart", "purchase")
+_SQLITE_INGEST_LOCK = threading.Lock()  # SQLite (embedded mode) has no INSERT … RETURNING race guard
+
+
+class ExperimentError(ValueError):
+    pass
+
+
+def _bucket(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+@transaction.atomic
+def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: Harness, arms: list[dict],
+                      coverage: float = 1.0, rooms: list[str] | None = None, guardrails: dict | None = None,
+                      seed: str = "") -> Experiment:
+    """A draft experiment. `arms`: [{"name", "weight", "kind": react|label|version, "label"?, "version"?}];
+    the first arm is the control."""
+    require(actor, workspace, WRITE)
+    if harness.workspace_id != workspace.pk:
+        raise ExperimentError("The harness belongs to another workspace.")
+    if len(arms) < 2:
+        raise ExperimentError("An experiment needs a control and at least one treatment.")
+    if not 0 < coverage <= 1:
+        raise ExperimentError("Coverage must be within (0, 1].")
+    weights = [float(a.get("weight", 0)) for a in arms]
+    if any(w <= 0 for w in weights):
+        raise ExperimentError("Every arm needs a positive weight.")
+    if Experiment.objects.filter(workspace=workspace, key=key).exists():
+        raise ExperimentError(f"An experiment {key!r} already exists.")
+    experiment = Experiment.objects.create(workspace=workspace, key=key, seed=seed or key, harness=harness,
+                                           coverage=coverage, rooms=rooms or [], guardrails=guardrails or {},
+                                           created_by=actor.label)
+    total = sum(weights)
+    for index, (arm, weight) in enumerate(zip(arms, weights, strict=True)):
+        kind = arm.get("kind", "label")
+        version = None
+        if kind == "label":
+            harness_selectors.version_by_label(harness, arm.get("label", ""))  # must exist now
+        elif kind == "version":
+            version = harness_selectors.version_get(harness, int(arm["version"]))
+        elif kind != "react":
+            raise ExperimentError(f"Arm kind must be react, label or version, not {kind!r}.")
+        Arm.objects.create(experiment=experiment, index=index, name=arm.get("name") or f"arm-{index}",
+                           weight=weight / total, kind=kind, label=arm.get("label", ""), version=version)
+    audit_record(actor=actor, workspace=workspace, action="experiment.create", target_type="experiment",
+                 target_id=experiment.pk, target_label=key, after={"arms": arms, "coverage": coverage})
+    return experiment
+
+
+def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
+    require(actor, experiment.workspace, WRITE)
+    if experiment.status != Experiment.Status.DRAFT:
+        raise ExperimentError("Only a draft experiment can start.")
+    if Experiment.objects.filter(harness=experiment.harness, status=Experiment.Status.RUNNING).exists():
+        raise ExperimentError("Another experiment is already running on this harness.")
+    with transaction.atomic():
+        Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.RUNNING, started_at=timezone.now())
+        audit_record(actor=actor, workspace=experiment.workspace, action="experiment.start",
+                     target_type="experiment", target_id=experiment.pk, target_label=experiment.key)
+    experiment.refresh_from_db()
+    return experiment
+
+
+def experiment_stop(*, actor: Actor, experiment: Experiment, reason: str, control_only: bool = False) -> Experiment:
+    """Stop: viewers go back to the label default, or with control_only (a guardrail stop) all to control."""
+    require(actor, experiment.workspace, WRITE)
+    with transaction.atomic():
+        Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.STOPPED, stopped_at=timezone.now(),
+                                                           stop_reason=reason[:500], control_only=control_only)
+        audit_record(actor=actor, workspace=experiment.workspace, action="experiment.stop", target_type="experiment",
+                     target_id=experiment.pk, target_label=experiment.key,
+                     after={"reason": reason, "control_only": control_only})
+    experiment.refresh_from_db()
+    return experiment
+
+
+# Assignment for the reply API ---------------------------------------------------------------------
+
+def experiment_arm_label(key: str, arm: str) -> str:
+    """How traces name an experiment's arm (`exp:<key>:<arm>`), so guardrails can find them."""
+    return f"exp:{key}:{arm}"
+
+
+def experiment_key_of(arm_label: str) -> str | None:
+    kind, _, rest = arm_label.partition(":")
+    return rest.partition(":")[0] if kind == "exp" else None
+
+
+def arm_selection(experiment: Experiment, arm: Arm) -> Selection:
+    harness = experiment.harness
+    if arm.kind == Arm.Kind.VERSION:
+        version = arm.version
+    elif arm.kind == Arm.Kind.LABEL:
+        version = harness_selectors.version_by_label(harness, arm.label)
+    else:  # the ReAct control runs on the production version's tools
+        label = harness.labels.filter(name=DEFAULT_LABEL).select_related("version").first()
+        version = label.version if label else harness.head
+    return Selection(version=version, arm=experiment_arm_label(experiment.key, arm.name),
+                     baseline=arm.kind == Arm.Kind.REACT)
+
+
+def assign_viewer(experiment: Experiment, viewer_id: str) -> Arm | None:
+    """The viewer's arm: sticky once exposed; otherwise hashed (GrowthBook v2) and recorded once."""
+    exposure = Exposure.objects.select_related("arm").filter(experiment=experiment, viewer_id=viewer_id).first()
+    if exposure is not None:
+        return exposure.arm
+    arms = list(experiment.arms.all())
+    index = assign(experiment.seed, viewer_id, [a.weight for a in arms], coverage=experiment.coverage)
+    if index is None or index < 0:
+        return None
+    arm, now = arms[index], timezone.now()
+    try:
+        with transaction.atomic():
+            Exposure.objects.create(experiment=experiment, arm=arm, viewer_id=viewer_id, bucket=_bucket(now),
+                                    first_seen_at=now)
+            rollup, _ = Rollup.objects.get_or_create(experiment=experiment, arm=arm, bucket=_bucket(now))
+            Rollup.objects.filter(pk=rollup.pk).update(users=F("users") + 1)
+    except IntegrityError:  # a concurrent request exposed this viewer first: use that arm
+        return Exposure.objects.select_related("arm").get(experiment=experiment, viewer_id=viewer_id).arm
+    from serving.experiments.live import publish_experiment
+
+    publish_experiment(experiment)
+    return arm
+
+
+@register_experiment_selector
+def experiment_selector(harness: Harness, viewer_id: str, room_id: str) -> Selection | None:
+    experiment = (Experiment.objects.filter(harness=harness).filter(status=Experiment.Status.RUNNING)
+                  .select_related("harness").first()
+                  or Experiment.objects.filter(harness=harness, status=Experiment.Status.STOPPED, control_only=True)
+                  .select_related("harness").order_by("-stopped_at").first())
+    if experiment is None or (experiment.rooms and room_id not in experiment.rooms):
+        return None
+    if experiment.control_only:
+        return arm_selection(experiment, experiment.arms.first())
+    arm = assign_viewer(experiment, viewer_id)
+    return arm_selection(experiment, arm) if arm is not None else None
+
+
+# Events ---------------------------------------------------------------------------------------------
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    duplicates: int = 0
+    errors: list[dict] = field(default_factory=list)
+
+
+def _validate(index: int, raw) -> tuple[dict | None, str]:
+    if not isinstance(raw, dict):
+        return None, "must be an object"
+    missing = [k for k in ("event_id", "type", "viewer_id", "room_id", "ts") if not raw.get(k)]
+    if missing:
+        return None, f"missing {', '.join(missing)}"
+    if raw["type"] not in EVENT_TYPES:
+        return None, f"type must be one of {', '.join(EVENT_TYPES)}"
+    ts = parse_datetime(str(raw["ts"])) if not isinstance(raw["ts"], (int, float)) else \
+        datetime.fromtimestamp(raw["ts"], tz=UTC)
+    if ts is None:
+        return None, "ts must be an ISO-8601 time or epoch seconds"
+    if timezone.is_naive(ts):
+        ts = timezone.make_aware(ts, UTC)
+    for key, limit in (("event_id", 100), ("viewer_id", 128), ("room_id", 100), ("item_id", 100)):
+        if len(str(raw.get(key, ""))) > limit:
+            return None, f"{key} longer than {limit} characters"
+    return {"event_id": str(raw["event_id"]), "type": raw["type"], "viewer_id": str(raw["viewer_id"]),
+            "room_id": str(raw["room_id"]), "item_id": str(raw.get("item_id", "")), "ts": ts}, ""
+
+
+def events_ingest(*, actor: Actor, workspace: Workspace, events: list) -> IngestResult:
+    """Store a batch; count each event_id once ever; fold new item-page views into experiment rollups."""
+    require(actor, workspace, INGEST)
+    if len(events) > MAX_EVENTS:
+        raise ExperimentError(f"At most {MAX_EVENTS} events per batch.")
+    result, valid, seen = IngestResult(), [], set()
+    for index, raw in enumerate(events):
+        event, error = _validate(index, raw)
+        if error:
+            result.errors.append({"index": index, "message": error})
+        elif event["event_id"] in seen:
+            result.duplicates += 1
+        else:
+            seen.add(event["event_id"])
+            valid.append(event)
+    if not valid:
+        return result
+    with transaction.atomic():
+        new = _insert_new(workspace, valid)
+        _fold_into_rollups(workspace, [e for e in new if e["type"] == "item_page_view"])
+    result.accepted = len(new)
+    result.duplicates += len(valid) - len(new)
+    return result
+
+
+def _insert_new(workspace: Workspace, events: list[dict]) -> list[dict]:
+    """Insert the events whose id is new; return exactly those (duplicates and retries drop out here)."""
+    if connection.vendor == "postgresql":
+        rows = [(workspace.pk, e["event_id"], e["type"], e["viewer_id"], e["room_id"], e["item_id"], e["ts"])
+                for e in events]
+        placeholders = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, now())"] * len(rows))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO serving_event (workspace_id, event_id, type, viewer_id, room_id, item_id, ts, received_at) "
+                f"VALUES {placeholders} ON CONFLICT (workspace_id, event_id) DO NOTHING RETURNING event_id",
+                [value for row in rows for value in row])
+            inserted = {row[0] for row in cursor.fetchall()}
+        return [e for e in events if e["event_id"] in inserted]
+    with _SQLITE_INGEST_LOCK:
+        existing = set(Event.objects.filter(workspace=workspace, event_id__in=[e["event_id"] for e in events])
+                       .values_list("event_id", flat=True))
+        new = [e for e in events if e["event_id"] not in existing]
+        Event.objects.bulk_create([Event(workspace=workspace, **e) for e in new])
+        return new
+
+
+def _fold_into_rollups(workspace: Workspace, views: list[dict]) -> None:
+    """Σy and Σy² of each viewer's bucket change by the viewer's new views (y: IPV per exposed viewer)."""
+    if not views:
+        return
+    experiments = list(Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING))
+    for experiment in experiments:
+        times = defaultdict(list)
+        for event in views:
+            if not experiment.rooms or event["room_id"] in experiment.rooms:
+                times[event["viewer_id"]].append(event["ts"])
+        if not times:
+            continue
+        exposures = list(Exposure.objects.select_for_update().filter(experiment=experiment,
+                                                                     viewer_id__in=list(times)))
+        deltas = defaultdict(lambda: [0.0, 0.0])
+        for exposure in exposures:
+            # Only views after the viewer met the arm count (with a minute's grace for clock skew).
+            k = sum(ts >= exposure.first_seen_at - CLOCK_SKEW for ts in times[exposure.viewer_id])
+            if not k:
+                continue
+            old = exposure.ipv
+            exposure.ipv = old + k
+            delta = deltas[(exposure.arm_id, exposure.bucket)]
+            delta[0] += k
+            delta[1] += (old + k) ** 2 - old ** 2
+        Exposure.objects.bulk_update(exposures, ["ipv"])
+        for (arm_id, bucket), (dy, dy2) in deltas.items():
+            Rollup.objects.filter(experiment=experiment, arm_id=arm_id, bucket=bucket).update(
+                sum_y=F("sum_y") + dy, sum_y2=F("sum_y2") + dy2)

@@ -1,0 +1,128 @@
+"""Live experiments end to end on the database: assignment through the reply API, idempotent events,
+incremental rollups, the snapshot's statistics and the auto-stop guardrail."""
+
+import json
+import random
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from console.access import Actor
+from console.models import AuditEvent
+from harness import services as harness_services
+from serving.experiments.assignment import assign
+from serving.experiments.selectors import experiment_snapshot
+from serving.experiments.services import experiment_create, experiment_start
+from serving.models import Event, Experiment, Exposure, Rollup, Trace
+from serving.services import api_key_create, room_upsert
+from serving.tasks import check_guardrails
+from tests.serving.test_reply_api import ROOM
+
+pytestmark = pytest.mark.django_db
+SYSTEM = Actor.system("test")
+
+
+@pytest.fixture
+def setup(client, workspace, harness, settings):
+    settings.MODEL_BACKEND = "scripted"
+    settings.SCRIPTED_STEPS = ["Happy to help!"]
+    settings.TRACE_WRITES = "sync"
+    settings.LIVE_JUDGE_RATE = 0.0
+    harness_services.label_move(actor=SYSTEM, harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=workspace, context=ROOM, harness=harness)
+    token = api_key_create(actor=SYSTEM, workspace=workspace, name="platform", scopes=["read", "ingest"])[1]
+    experiment = experiment_create(actor=SYSTEM, workspace=workspace, key="skills-vs-react", harness=harness, arms=[
+        {"name": "control", "weight": 1, "kind": "react"},
+        {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
+    experiment_start(actor=SYSTEM, experiment=experiment)
+
+    def post(path, body):
+        return client.post(path, json.dumps(body), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    return experiment, post
+
+
+def reply(post, viewer):
+    return post("/api/v1/rooms/demo-room/reply", {"message": "hi!", "viewer_id": viewer}).json()
+
+
+def test_assignment_is_deterministic_sticky_and_growthbook_compatible(setup):
+    experiment, post = setup
+    arms = {}
+    for i in range(60):
+        body = reply(post, f"viewer-{i}")
+        arms[f"viewer-{i}"] = body["arm"]
+        expected = ["control", "harness"][assign("skills-vs-react", f"viewer-{i}", [0.5, 0.5])]
+        assert body["arm"] == f"exp:skills-vs-react:{expected}"
+    assert set(arms.values()) == {"exp:skills-vs-react:control", "exp:skills-vs-react:harness"}
+    assert reply(post, "viewer-3")["arm"] == arms["viewer-3"]  # sticky
+    assert Exposure.objects.filter(experiment=experiment).count() == 60  # one exposure per viewer
+    control_trace = Trace.objects.filter(arm="exp:skills-vs-react:control").first()
+    assert control_trace.data["skills_loaded"] == [] and control_trace.harness_version.number == 1
+    assert sum(r.users for r in Rollup.objects.filter(experiment=experiment)) == 60
+
+
+def test_events_are_idempotent_and_rollups_incremental(setup):
+    experiment, post = setup
+    viewers = [f"v{i}" for i in range(40)]
+    for viewer in viewers:
+        reply(post, viewer)
+    rng = random.Random(1)
+    views, batch = {}, []
+    for viewer in viewers:
+        k = rng.randint(0, 4)
+        views[viewer] = k
+        for _ in range(k):
+            event = {"event_id": uuid.uuid4().hex, "type": "item_page_view", "viewer_id": viewer,
+                     "room_id": "demo-room", "item_id": "L001", "ts": datetime.now(UTC).isoformat()}
+            batch.append(event)
+            if rng.random() < 0.1:
+                batch.append(dict(event))  # a duplicate inside the batch
+    batch += [{"event_id": "bad", "type": "nope"}, {"type": "item_page_view"}]
+    first = post("/api/v1/events", {"events": batch}).json()
+    unique = sum(views.values())
+    assert first["accepted"] == unique and [e["index"] for e in first["errors"]] == [len(batch) - 2, len(batch) - 1]
+    again = post("/api/v1/events", {"events": batch}).json()  # the platform retried the whole batch
+    assert again["accepted"] == 0 and again["duplicates"] == unique + (len(batch) - 2 - unique)
+    assert Event.objects.filter(type="item_page_view").count() == unique
+    rollups = Rollup.objects.filter(experiment=experiment)
+    assert sum(r.sum_y for r in rollups) == unique
+    assert sum(r.sum_y2 for r in rollups) == sum(k * k for k in views.values())
+    snapshot = experiment_snapshot(experiment)
+    control, treatment = snapshot["metrics"]
+    assert control["users"] + treatment["users"] == 40 and control["views"] + treatment["views"] == unique
+    assert snapshot["srm"]["observed"] == [control["users"], treatment["users"]]
+    assert snapshot["decision"]["status"] in ("keep running", "ship", "roll back") and snapshot["decision"]["rule"]
+
+
+def test_ingest_needs_the_ingest_scope_and_bounds_batches(client, workspace, setup):
+    token = api_key_create(actor=SYSTEM, workspace=workspace, name="reader", scopes=["read"])[1]
+    denied = client.post("/api/v1/events", json.dumps({"events": []}), content_type="application/json",
+                         HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert denied.status_code == 403
+    _, post = setup
+    too_many = post("/api/v1/events", {"events": [{}] * 1001})
+    assert too_many.status_code == 422
+
+
+def test_latency_guardrail_stops_and_routes_everyone_to_control(setup):
+    experiment, post = setup
+    for i in range(6):
+        reply(post, f"g{i}")
+    Experiment.objects.filter(pk=experiment.pk).update(guardrails={"latency_p95_ms": 0.0001, "min_samples": 1})
+    reason = check_guardrails(experiment.pk)
+    experiment.refresh_from_db()
+    assert "latency P95" in reason and experiment.status == "stopped" and experiment.control_only
+    assert AuditEvent.objects.filter(action="experiment.stop", actor_label="system:guardrail").exists()
+    assert {reply(post, f"g{i}")["arm"] for i in range(6)} == {"exp:skills-vs-react:control"}
+    assert experiment_snapshot(experiment)["decision"]["status"] == "roll back"
+
+
+def test_dashboard_page_renders_the_snapshot(client, members, setup):
+    experiment, post = setup
+    reply(post, "page-viewer")
+    client.force_login(members["viewer"])
+    html = client.get(f"/w/acme/experiments/{experiment.key}/").content.decode()
+    assert 'id="snapshot"' in html and "skills-vs-react" in html and "/ws/experiments/" in html
