@@ -104,3 +104,13 @@ def page(browser):
     page.set_default_timeout(15_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def purge_queue_fixture():
+    """An empty Celery queue before and after a test that runs a real worker."""
+    from console.celery import app
+
+    app.control.purge()
+    yield
+    app.control.purge()

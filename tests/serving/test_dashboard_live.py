@@ -1,0 +1,94 @@
+"""The experiment dashboard live: Daphne with the Redis channel layer, a real Celery worker judging sampled
+traffic, events posted through the API, and headless Chromium watching the page update over its websocket."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness import services as harness_services
+from serving.experiments.services import experiment_create, experiment_start
+from serving.models import Trace
+from serving.services import api_key_create, room_upsert
+from tests.conftest import PASSWORD
+from tests.evaluation.test_worker import ROOT, child_env, free_port, start_worker, stop, wait_for
+from tests.serving.test_reply_api import ROOM
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.browser,
+    pytest.mark.skipif(not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL", "").startswith("postgres")),
+                       reason="needs PostgreSQL and Redis (set DATABASE_URL and REDIS_URL; CI does)"),
+]
+VERDICT = json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["fine"]})
+
+
+def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_fixture):
+    from console.access import Actor
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    system = Actor.system("test")
+    harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=workspace, context=ROOM, harness=harness)
+    token = api_key_create(actor=system, workspace=workspace, name="platform", scopes=["read", "ingest"])[1]
+    experiment = experiment_create(actor=system, workspace=workspace, key="live", harness=harness, arms=[
+        {"name": "control", "weight": 1, "kind": "react"},
+        {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
+    experiment_start(actor=system, experiment=experiment)
+    viewer = members["viewer"]
+    viewer.password = PBKDF2PasswordHasher().encode(PASSWORD, PBKDF2PasswordHasher().salt())
+    viewer.save(update_fields=["password"])
+
+    # Every experiment reply is judged on the worker; the scripted model answers as the judge expects.
+    env = {"HARNESSOPS_SCRIPTED_STEPS": json.dumps([VERDICT]), "HARNESSOPS_LIVE_JUDGE_RATE": "1"}
+    port = free_port()
+    daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
+                              cwd=ROOT, env=child_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = start_worker(**env)
+    base = f"http://127.0.0.1:{port}"
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    try:
+        wait_for(lambda: _up(base), 30, "daphne")
+        page.goto(f"{base}/accounts/login/")
+        page.fill("input[name=username]", "viewer")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.goto(f"{base}/w/acme/experiments/live/")
+        page.wait_for_function("Number(document.getElementById('decision').dataset.updates) >= 2")  # render + ws
+        before = int(page.locator("#decision").get_attribute("data-updates"))
+
+        arms = {}
+        for i in range(12):
+            body = api.post("/api/v1/rooms/demo-room/reply", json={"message": "hi", "viewer_id": f"w{i}"}).json()
+            arms[f"w{i}"] = body["arm"]
+        events = [{"event_id": uuid.uuid4().hex, "type": "item_page_view", "viewer_id": v, "room_id": "demo-room",
+                   "item_id": "L001", "ts": datetime.now(UTC).isoformat()} for v in arms for _ in range(2)]
+        assert api.post("/api/v1/events", json={"events": events}).json()["accepted"] == 24
+
+        # Pushed over the websocket (no reload): 24 views across the arms, and the worker's judgements.
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('#metrics tr')).slice(1)"
+            ".reduce((s, r) => s + Number(r.children[2].textContent), 0) === 24", timeout=30_000)
+        wait_for(lambda: Trace.objects.exclude(judge_accuracy=None).count() >= 1, 60, "a judged live reply")
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('#guardrails tr')).slice(1)"
+            ".some(r => Number(r.children[5].textContent) >= 1)", timeout=30_000)
+        assert int(page.locator("#decision").get_attribute("data-updates")) > before
+        assert page.url.endswith("/w/acme/experiments/live/")
+    finally:
+        api.close()
+        stop(worker)
+        stop(daphne)
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
