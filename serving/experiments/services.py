@@ -250,8 +250,9 @@ def _fold_into_rollups(workspace: Workspace, views: list[dict]) -> None:
                 times[event["viewer_id"]].append(event["ts"])
         if not times:
             continue
+        # Lock in one global order (viewer, then rollup key) so concurrent batches cannot deadlock.
         exposures = list(Exposure.objects.select_for_update().filter(experiment=experiment,
-                                                                     viewer_id__in=list(times)))
+                                                                     viewer_id__in=list(times)).order_by("viewer_id"))
         deltas = defaultdict(lambda: [0.0, 0.0])
         for exposure in exposures:
             # Only views after the viewer met the arm count (with a minute's grace for clock skew).
@@ -264,6 +265,6 @@ def _fold_into_rollups(workspace: Workspace, views: list[dict]) -> None:
             delta[0] += k
             delta[1] += (old + k) ** 2 - old ** 2
         Exposure.objects.bulk_update(exposures, ["ipv"])
-        for (arm_id, bucket), (dy, dy2) in deltas.items():
+        for (arm_id, bucket), (dy, dy2) in sorted(deltas.items()):
             Rollup.objects.filter(experiment=experiment, arm_id=arm_id, bucket=bucket).update(
                 sum_y=F("sum_y") + dy, sum_y2=F("sum_y2") + dy2)
