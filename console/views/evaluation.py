@@ -88,7 +88,8 @@ def eval_run_create(request):
         run = run_create(actor=request.actor, workspace=request.workspace, set_version=set_version, harness=harness,
                          version=version, backend=request.POST.get("backend", ""),
                          judge=request.POST.get("judge") or "reference",
-                         concurrency=int(request.POST.get("concurrency") or 4))
+                         concurrency=int(request.POST.get("concurrency") or 4),
+                         queue=request.POST.get("queue") or "cpu")
     except (EvalError, ValueError, ImproperlyConfigured, KeyError, Http404) as exc:
         messages.error(request, f"Run not started: {exc}")
         return redirect("evaluation_home", ws=request.workspace.slug)

@@ -30,8 +30,9 @@ VERDICT = json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["fine"]})
 
 
 def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_fixture):
-    from console.access import Actor
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    from console.access import Actor
 
     system = Actor.system("test")
     harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")
