@@ -1,0 +1,54 @@
+"""manage.py simulate_traffic against a real Daphne server on the test database.
+
+Kept apart from the browser tests: Playwright's sync API holds an event loop in the test thread while a
+module's browser is open, and this command runs its own loop.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import services as harness_services
+from serving.experiments.services import experiment_create, experiment_start
+from serving.services import room_upsert
+from tests.evaluation.test_worker import ROOT, child_env, free_port, stop, wait_for
+from tests.serving.test_dashboard_live import _up
+from tests.serving.test_reply_api import ROOM
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL", "").startswith("postgres")),
+                       reason="needs PostgreSQL and Redis (set DATABASE_URL and REDIS_URL; CI does)"),
+]
+
+def test_simulate_traffic_drives_a_running_experiment(workspace, harness):
+    """The command talks to a real server over HTTP: replies assign arms, events land once, rollups move."""
+    from django.core.management import call_command
+
+    from console.access import Actor
+    from serving.models import Event, Exposure, Rollup
+
+    system = Actor.system("test")
+    harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=workspace, context=ROOM, harness=harness)
+    experiment = experiment_create(actor=system, workspace=workspace, key="sim", harness=harness, arms=[
+        {"name": "control", "weight": 1, "kind": "react"},
+        {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
+    experiment_start(actor=system, experiment=experiment)
+    port = free_port()
+    daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
+                              cwd=ROOT, env=child_env(HARNESSOPS_LIVE_JUDGE_RATE="0"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _up(f"http://127.0.0.1:{port}"), 30, "daphne")
+        call_command("simulate_traffic", url=f"http://127.0.0.1:{port}", workspace="acme", room="demo-room",
+                     viewers=30, effect=0.5, concurrency=4, duplicate_rate=0.2, seed=3)
+    finally:
+        stop(daphne)
+    assert Exposure.objects.filter(experiment=experiment).count() == 30
+    views = Event.objects.filter(type="item_page_view").count()
+    assert views > 0
+    assert sum(r.sum_y for r in Rollup.objects.filter(experiment=experiment)) == views  # duplicates counted once
