@@ -324,3 +324,14 @@ def _finite(value):
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+def regression_gate_check(harness: Harness, version: HarnessVersion) -> str:
+    """Why `version` should not be promoted: the latest comparison with it as the candidate failed the gate."""
+    from evaluation.models import RunComparison
+
+    latest = (RunComparison.objects.filter(candidate__harness_version=version).order_by("-created_at", "-id")
+              .first())
+    if latest is None or latest.passed:
+        return ""
+    return f"the regression gate failed (comparison #{latest.pk}: {'; '.join(latest.reasons)[:300]})"

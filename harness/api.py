@@ -99,6 +99,6 @@ def move_label(request, name: str, label: str, payload: LabelMoveIn):
     harness = _harness(request, name)
     version = selectors.version_get(harness, payload.version)
     move = services.label_move(actor=request.actor, harness=harness, name=label, version=version,
-                               reason=payload.reason)
+                               reason=payload.reason, override=payload.override)
     return {"label": label, "from_version": move.from_version.number if move.from_version else None,
             "to_version": move.to_version.number, "actor": move.actor_label, "reason": move.reason, "at": move.at}

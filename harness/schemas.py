@@ -49,6 +49,7 @@ class CommitOut(Schema):
 class LabelMoveIn(Schema):
     version: int
     reason: str = Field(max_length=500)
+    override: bool = Field(default=False, description="Promote even if the regression gate failed (audited).")
 
 
 class LabelMoveOut(Schema):

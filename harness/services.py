@@ -183,9 +183,20 @@ def draft_commit(*, actor: Actor, draft: Draft, message: str) -> CommitResult:
 
 LABEL_NAME_MAX = 64
 
+# Checks consulted before a protected label moves, registered by other packages (evaluation's regression
+# gate): `check(harness, version) -> str` returns why the move should not happen, or "".
+_PROMOTION_CHECKS: list = []
 
-def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVersion, reason: str) -> LabelMove:
-    """Point label `name` at `version`, creating it on first use. Protected labels need the approve permission."""
+
+def register_promotion_check(check):
+    _PROMOTION_CHECKS.append(check)
+    return check
+
+
+def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVersion, reason: str,
+               override: bool = False) -> LabelMove:
+    """Point label `name` at `version`, creating it on first use. Protected labels need the approve permission
+    and pass the registered promotion checks (the regression gate) unless `override` — which is audited."""
     if version.harness_id != harness.pk:
         raise StoreError("That version belongs to another harness.")
     reason = (reason or "").strip()
@@ -197,6 +208,10 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
         label = Label.objects.select_for_update().filter(harness=harness, name=name).first()
         protected = label.protected if label else name in PROTECTED_LABELS
         require(actor, harness.workspace, APPROVE if protected else WRITE)
+        blocked = [why for check in _PROMOTION_CHECKS if protected for why in [check(harness, version)] if why]
+        if blocked and not override:
+            raise StoreError(f"Promotion of v{version.number} to {name} is blocked: {'; '.join(blocked)} "
+                             "(an approver may override, with a reason).")
         previous = label.version if label else None
         if label is None:
             label = Label.objects.create(harness=harness, name=name, version=version, protected=protected)
@@ -210,7 +225,8 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
         audit_record(actor=actor, workspace=harness.workspace, action="label.move", target_type="label",
                      target_id=label.pk, target_label=str(label),
                      before={"version": previous.number if previous else None},
-                     after={"version": version.number, "reason": reason})
+                     after={"version": version.number, "reason": reason,
+                            **({"override": blocked} if blocked else {})})
     return move
 
 

@@ -293,7 +293,8 @@ def label_move(request, name: str):
             raise services.StoreError("Choose a version to point the label at.")
         version = selectors.version_get(harness, int(number))
         services.label_move(actor=request.actor, harness=harness, name=request.POST.get("label", "").strip(),
-                            version=version, reason=request.POST.get("reason", ""))
+                            version=version, reason=request.POST.get("reason", ""),
+                            override=request.POST.get("override") == "1")
         messages.success(request, f"{request.POST.get('label')} → v{version.number}.")
     except (services.StoreError, Http404) as exc:
         messages.error(request, str(exc))

@@ -188,3 +188,26 @@ def test_run_with_the_harness_judge_records_its_version(workspace, harness, scri
     spoken = run.results.exclude(outcome="silent")
     assert spoken and all(r.judge_version.startswith("harness-judge/") for r in spoken)
     assert all(r.accuracy == 1 for r in spoken)
+
+
+def test_a_failed_gate_blocks_promotion_to_production_unless_overridden(workspace, harness, scripted, actors):
+    from harness import services as harness_services
+    from harness.models import Label
+
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="gate", suite="live_stream_qa",
+                                         seed=13, n=6)
+    baseline, candidate = make_run(workspace, harness, version), make_run(workspace, harness, version)
+    for run in (baseline, candidate):
+        services.run_execute(run_id=run.pk)
+        run.refresh_from_db()
+    EvalResult.objects.filter(run=baseline).update(accuracy=1, effectiveness=1)
+    EvalResult.objects.filter(run=candidate).update(accuracy=0, effectiveness=0)
+    assert not services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=candidate).passed
+    with pytest.raises(harness_services.StoreError, match="regression gate failed"):
+        harness_services.label_move(actor=actors["approver"], harness=harness, name="production",
+                                    version=harness.head, reason="ship")
+    harness_services.label_move(actor=actors["approver"], harness=harness, name="staging", version=harness.head,
+                                reason="unprotected labels are not gated")
+    move = harness_services.label_move(actor=actors["approver"], harness=harness, name="production",
+                                       version=harness.head, reason="hotfix, accepted risk", override=True)
+    assert Label.objects.get(harness=harness, name="production").version == harness.head and move.reason
