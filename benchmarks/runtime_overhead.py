@@ -48,7 +48,7 @@ def bench_runtime(turns: int) -> None:
     async def main():
         overheads = []
         for i in range(turns + 50):
-            backend = ScriptedBackend(steps_from_json(STEPS))
+            backend = ScriptedBackend(steps_from_json(STEPS), cycle=True)  # cycle: no call recording
             started = time.perf_counter()
             result = await run_turn(spec, turn, backend)
             elapsed = (time.perf_counter() - started) * 1e6

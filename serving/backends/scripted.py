@@ -36,8 +36,9 @@ class ScriptedBackend:
     def __init__(self, steps: Sequence[Step], *, delay_s: float = 0.0, cycle: bool = False):
         self.steps = list(steps)
         self.delay_s = delay_s
-        self.cycle = cycle  # replay the steps forever (a fixed-latency stand-in server for benchmarks)
+        self.cycle = cycle  # replay the steps forever, recording nothing (stand-in servers, benchmarks)
         self.calls: list[ScriptedCall] = []
+        self.served = 0
 
     @property
     def remaining(self) -> int:
@@ -53,7 +54,8 @@ class ScriptedBackend:
         tool_choice: str = "auto",
     ) -> ModelResponse:
         started = time.perf_counter()
-        index = len(self.calls)
+        index = self.served
+        self.served += 1
         if self.cycle and self.steps:
             index %= len(self.steps)
         else:
