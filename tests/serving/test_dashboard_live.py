@@ -2,12 +2,8 @@
 traffic, events posted through the API, and headless Chromium watching the page update over its websocket."""
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,22 +12,18 @@ from harness import services as harness_services
 from serving.experiments.services import experiment_create, experiment_start
 from serving.models import Trace
 from serving.services import api_key_create, room_upsert
-from tests.conftest import PASSWORD
-from tests.evaluation.test_worker import ROOT, child_env, free_port, start_worker, stop, wait_for
+from tests.live_servers import log_in, requires_services, start_daphne, start_worker, stop, wait_for
 from tests.serving.test_reply_api import ROOM
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.browser,
-    pytest.mark.skipif(not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL", "").startswith("postgres")),
-                       reason="needs PostgreSQL and Redis (set DATABASE_URL and REDIS_URL; CI does)"),
+    requires_services,
 ]
 VERDICT = json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["fine"]})
 
 
 def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_fixture):
-    from django.contrib.auth.hashers import PBKDF2PasswordHasher
-
     from console.access import Actor
 
     system = Actor.system("test")
@@ -42,24 +34,14 @@ def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_f
         {"name": "control", "weight": 1, "kind": "react"},
         {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
     experiment_start(actor=system, experiment=experiment)
-    viewer = members["viewer"]
-    viewer.password = PBKDF2PasswordHasher().encode(PASSWORD, PBKDF2PasswordHasher().salt())
-    viewer.save(update_fields=["password"])
 
     # Every experiment reply is judged on the worker; the scripted model answers as the judge expects.
     env = {"HARNESSOPS_SCRIPTED_STEPS": json.dumps([VERDICT]), "HARNESSOPS_LIVE_JUDGE_RATE": "1"}
-    port = free_port()
-    daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
-                              cwd=ROOT, env=child_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daphne, base = start_daphne(**env)
     worker = start_worker(**env)
-    base = f"http://127.0.0.1:{port}"
     api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     try:
-        wait_for(lambda: _up(base), 30, "daphne")
-        page.goto(f"{base}/accounts/login/")
-        page.fill("input[name=username]", "viewer")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
+        log_in(page, base, members["viewer"])
         page.goto(f"{base}/w/acme/experiments/live/")
         page.wait_for_function("Number(document.getElementById('decision').dataset.updates) >= 2")  # render + ws
         before = int(page.locator("#decision").get_attribute("data-updates"))
@@ -86,11 +68,4 @@ def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_f
         api.close()
         stop(worker)
         stop(daphne)
-
-
-def _up(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 

@@ -4,24 +4,17 @@ Kept apart from the browser tests: Playwright's sync API holds an event loop in 
 module's browser is open, and this command runs its own loop.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from harness import services as harness_services
 from serving.experiments.services import experiment_create, experiment_start
 from serving.services import room_upsert
-from tests.evaluation.test_worker import ROOT, child_env, free_port, stop, wait_for
-from tests.serving.test_dashboard_live import _up
+from tests.live_servers import requires_services, start_daphne, stop
 from tests.serving.test_reply_api import ROOM
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL", "").startswith("postgres")),
-                       reason="needs PostgreSQL and Redis (set DATABASE_URL and REDIS_URL; CI does)"),
+    requires_services,
 ]
 
 def test_simulate_traffic_drives_a_running_experiment(workspace, harness):
@@ -38,13 +31,9 @@ def test_simulate_traffic_drives_a_running_experiment(workspace, harness):
         {"name": "control", "weight": 1, "kind": "react"},
         {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
     experiment_start(actor=system, experiment=experiment)
-    port = free_port()
-    daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
-                              cwd=ROOT, env=child_env(HARNESSOPS_LIVE_JUDGE_RATE="0"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daphne, base = start_daphne(HARNESSOPS_LIVE_JUDGE_RATE="0")
     try:
-        wait_for(lambda: _up(f"http://127.0.0.1:{port}"), 30, "daphne")
-        call_command("simulate_traffic", url=f"http://127.0.0.1:{port}", workspace="acme", room="demo-room",
+        call_command("simulate_traffic", url=base, workspace="acme", room="demo-room",
                      viewers=30, effect=0.5, concurrency=4, duplicate_rate=0.2, seed=3)
     finally:
         stop(daphne)

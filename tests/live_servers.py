@@ -1,0 +1,96 @@
+"""Real server processes for tests: Daphne and a Celery worker on this test's database and Redis,
+and logging a browser into them. Used by the tests that need websockets or a worker."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.db import connection
+
+from tests.conftest import PASSWORD
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+requires_services = pytest.mark.skipif(
+    not (os.environ.get("REDIS_URL") and os.environ.get("DATABASE_URL", "").startswith("postgres")),
+    reason="needs PostgreSQL and Redis (set DATABASE_URL and REDIS_URL; CI does)")
+
+
+def child_env(**extra) -> dict:
+    """The environment of a server or worker process that shares this test's database and Redis."""
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return {**os.environ, "DATABASE_URL": url, "REDIS_URL": os.environ["REDIS_URL"],
+            "HARNESSOPS_MODEL_BACKEND": "scripted",
+            "HARNESSOPS_SCRIPTED_STEPS": '["Thanks for asking! Let me check that for you."]',
+            "HARNESSOPS_TRACE_WRITES": "sync", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def start_worker(**extra) -> subprocess.Popen:
+    return subprocess.Popen([str(BIN / "celery"), "-A", "console", "worker", "-Q", "cpu", "--pool", "solo",
+                             "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                            cwd=ROOT, env=child_env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_daphne(**extra) -> tuple[subprocess.Popen, str]:
+    """Daphne serving the ASGI app (HTTP + websockets); returns once /healthz answers."""
+    port = free_port()
+    process = subprocess.Popen([str(BIN / "daphne"), "-p", str(port), "console.asgi:application"], cwd=ROOT,
+                               env=child_env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _up(base), 30, "daphne")
+    except AssertionError:
+        stop(process)
+        raise
+    return process, base
+
+
+def log_in(page, base: str, user) -> None:
+    """Log `user` into the server in the browser. The server hashes with the default (slow, salted)
+    hasher, while this test process uses a fast one, so the password is re-hashed for the server first."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    user.password = PBKDF2PasswordHasher().encode(PASSWORD, PBKDF2PasswordHasher().salt())
+    user.save(update_fields=["password"])
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", user.get_username())
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
