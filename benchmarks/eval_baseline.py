@@ -7,14 +7,10 @@ suite (simulated n cases; IFEval = the shipped mini set), evaluates `avatar@prod
 """
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from embedded import ROOT, embedded_workspace
 
 
 def main() -> None:
@@ -23,20 +19,7 @@ def main() -> None:
     parser.add_argument("--backend", default="local")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    env = {**os.environ, "HARNESSOPS_VAR_DIR": tempfile.mkdtemp(prefix="harnessops-baseline-"),
-           "HARNESSOPS_ADMIN_PASSWORD": "baseline-pass-1", "HARNESSOPS_TRACE_WRITES": "sync"}
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        env.pop(name, None)
-
-    def manage(*argv: str) -> str:
-        done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *argv], env=env, cwd=ROOT,
-                              capture_output=True, text=True)
-        if done.returncode:
-            raise SystemExit(done.stderr)
-        return done.stdout
-
-    manage("migrate", "-v0")
-    manage("seed_demo")
+    manage, _ = embedded_workspace(HARNESSOPS_TRACE_WRITES="sync")
     ifeval = ROOT / "evaluation/metrics/ifeval/data/ifeval_mini.jsonl"
     rows = []
     for suite in ("live_stream_qa", "harness_variant", "robustness", "ifeval"):

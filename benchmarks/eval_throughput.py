@@ -11,14 +11,13 @@ calls counted from the run's traces); the wall time includes the command's start
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from embedded import ROOT, embedded_workspace, last_line
 
 
 def main() -> None:
@@ -33,21 +32,8 @@ def main() -> None:
                                str(script), "--cycle", "--delay-ms", str(args.latency_ms), "--port", "0"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     base_url = server.stdout.readline().rsplit(" on ", 1)[1].strip()
-    env = {**os.environ, "HARNESSOPS_VAR_DIR": str(tmp), "HARNESSOPS_ADMIN_PASSWORD": "throughput-1",
-           "HARNESSOPS_OPENAI_BASE_URL": base_url, "HARNESSOPS_OPENAI_MODEL": "scripted"}
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        env.pop(name, None)
-
-    def manage(*argv: str) -> str:
-        done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *argv], env=env, cwd=ROOT,
-                              capture_output=True, text=True)
-        if done.returncode:
-            raise SystemExit(done.stderr)
-        return done.stdout
-
     try:
-        manage("migrate", "-v0")
-        manage("seed_demo")
+        manage, _ = embedded_workspace(HARNESSOPS_OPENAI_BASE_URL=base_url, HARNESSOPS_OPENAI_MODEL="scripted")
         manage("eval_set", "throughput", "--workspace", "demo", "--suite", "live_stream_qa", "--seed", "1",
                "--n", str(args.cases))
         print(f"{args.cases} cases, {args.latency_ms} ms per model call")
@@ -58,9 +44,9 @@ def main() -> None:
             manage("eval_run", "avatar@production", "throughput@v1", "--workspace", "demo", "--backend", "openai",
                    "--concurrency", str(concurrency), "--inline")
             wall = time.perf_counter() - started
-            calls = int(manage("shell", "-c", "from evaluation.models import EvalRun; "
+            calls = int(last_line(manage("shell", "-c", "from evaluation.models import EvalRun; "
                                "print(sum(r.trace.get('model_calls', 0) for r in EvalRun.objects.latest('id').results.all()))"
-                               ).strip().splitlines()[-1])
+                               )))
             ideal = calls * args.latency_ms / 1000 / concurrency
             print(f"| {concurrency} | {calls} | {wall:.2f} s | {ideal:.2f} s | {wall / ideal:.2f}× |")
     finally:

@@ -19,7 +19,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -70,21 +69,15 @@ def free_port() -> int:
 
 def bench_api(requests: int) -> None:
     import httpx
+    from embedded import embedded_workspace, last_line
 
-    tmp = tempfile.mkdtemp(prefix="harnessops-bench-")
-    env = {**os.environ, "HARNESSOPS_VAR_DIR": tmp, "HARNESSOPS_MODEL_BACKEND": "scripted",
-           "HARNESSOPS_SCRIPTED_STEPS": json.dumps(STEPS), "HARNESSOPS_REPLY_RATE_PER_MINUTE": "1000000",
-           "HARNESSOPS_ADMIN_PASSWORD": "bench-password-1"}
-    env.pop("REDIS_URL", None)
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
-    subprocess.run([*manage, "seed_demo"], env=env, check=True, cwd=ROOT, capture_output=True)
-    token = subprocess.run([*manage, "shell", "-c",
-                            "from console.access import Actor; from console.models import Workspace; "
-                            "from serving.services import api_key_create; "
-                            "print(api_key_create(actor=Actor.system('bench'), workspace=Workspace.objects.get(slug='demo'),"
-                            " name='bench', scopes=['read'])[1])"],
-                           env=env, check=True, cwd=ROOT, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    manage, env = embedded_workspace(HARNESSOPS_MODEL_BACKEND="scripted", HARNESSOPS_SCRIPTED_STEPS=json.dumps(STEPS),
+                                     HARNESSOPS_REPLY_RATE_PER_MINUTE="1000000")
+    token = last_line(manage("shell", "-c",
+                             "from console.access import Actor; from console.models import Workspace; "
+                             "from serving.services import api_key_create; "
+                             "print(api_key_create(actor=Actor.system('bench'), "
+                             "workspace=Workspace.objects.get(slug='demo'), name='bench', scopes=['read'])[1])"))
     port = free_port()
     server = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
                               env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
