@@ -5,6 +5,8 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
 
+from evaluation.evolution.api import router as evolution_router
+from evaluation.evolution.services import EvolutionError
 from harness.api import router as harness_router
 from harness.services import CommitConflict, StoreError
 from harness.spec import SpecInvalid
@@ -22,6 +24,7 @@ api = NinjaAPI(
 )
 api.add_router("/v1", harness_router)
 api.add_router("/v1", serving_router)
+api.add_router("/v1", evolution_router)
 
 
 @api.exception_handler(SpecInvalid)
@@ -42,6 +45,7 @@ def _conflict(request, exc: CommitConflict):
 @api.exception_handler(StoreError)
 @api.exception_handler(ReplyRequestError)
 @api.exception_handler(ExperimentError)
+@api.exception_handler(EvolutionError)
 def _store_error(request, exc: Exception):
     return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
 

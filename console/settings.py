@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "harness",
     "serving",
     "evaluation",
+    "evaluation.evolution.apps.EvolutionConfig",
 ]
 
 MIDDLEWARE = [
@@ -121,7 +122,7 @@ else:
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
-CELERY_TASK_ROUTES = {"evaluation.*": {"queue": "cpu"}, "training.*": {"queue": "gpu"}}
+CELERY_TASK_ROUTES = {"evaluation.*": {"queue": "cpu"}, "evolution.*": {"queue": "cpu"}, "training.*": {"queue": "gpu"}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # An unacknowledged job (its worker died) goes back on the queue after this many seconds.
@@ -136,6 +137,8 @@ else:
 # Model backends (serving/backends). `local` is the offline SmolLM2 model; `openai` any
 # OpenAI-compatible server such as vLLM; `scripted` is for tests and refused in production.
 MODEL_BACKEND = env("HARNESSOPS_MODEL_BACKEND", "openai" if PRODUCTION else "local")
+# The model behind the evolution proposer harness (a backend name, e.g. openai); empty: offline rules only.
+EVOLUTION_PROPOSER = env("HARNESSOPS_EVOLUTION_PROPOSER", "")
 OPENAI_BASE_URL = env("HARNESSOPS_OPENAI_BASE_URL", None)
 OPENAI_MODEL = env("HARNESSOPS_OPENAI_MODEL", "Qwen/Qwen3-8B")
 OPENAI_API_KEY = env("HARNESSOPS_OPENAI_API_KEY", None)

@@ -3,7 +3,7 @@ from django.http import JsonResponse
 from django.urls import path
 
 from console.api import api
-from console.views import evaluation, experiments, harness, serving, workspace
+from console.views import evaluation, evolution, experiments, harness, serving, workspace
 
 
 def healthz(request):
@@ -44,6 +44,12 @@ urlpatterns = [
     path(ws + "eval/runs/<int:run_id>/cancel/", evaluation.eval_run_cancel, name="eval_run_cancel"),
     path(ws + "eval/runs/<int:run_id>/results/<int:result_id>/", evaluation.eval_result_detail,
          name="eval_result_detail"),
+    path(ws + "eval/runs/<int:run_id>/diagnose/", evolution.diagnosis_request, name="evolution_diagnose"),
+    path(ws + "evolution/diagnoses/<int:diagnosis_id>/", evolution.diagnosis_detail, name="diagnosis_detail"),
+    path(ws + "evolution/diagnoses/<int:diagnosis_id>/round/", evolution.round_create, name="evolution_round_create"),
+    path(ws + "evolution/rounds/<int:round_id>/evaluate/", evolution.round_evaluate, name="evolution_round_evaluate"),
+    path(ws + "evolution/proposals/<int:proposal_id>/<str:action>/", evolution.proposal_action,
+         name="evolution_proposal_action"),
     path(ws + "traces/<str:trace_id>/", serving.trace_detail, name="trace_detail"),
     path(h, harness.harness_detail, name="harness_detail"),
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),
@@ -58,5 +64,6 @@ urlpatterns = [
     path(h + "edit/commit/", harness.harness_commit, name="harness_commit"),
     path(h + "edit/<str:action>/", harness.harness_draft_action, name="harness_draft_action"),
     path(h + "labels/move/", harness.label_move, name="label_move"),
+    path(h + "evolution/", evolution.evolution_history, name="evolution_history"),
     path(h + "labels/<slug:label>/rollback/", harness.label_rollback, name="label_rollback"),
 ]

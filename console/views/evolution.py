@@ -1,0 +1,126 @@
+"""Console pages for harness evolution: the review queue of a diagnosis, rounds, and history per harness."""
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from console.access import WRITE
+from console.views.scoping import workspace_view
+from evaluation import selectors as eval_selectors
+from evaluation.evolution import selectors, services
+from evaluation.evolution.models import Round
+from harness import selectors as harness_selectors
+from harness.spec import SpecInvalid
+
+ACTIONS = ("accept", "reject", "edit", "revert")
+
+
+@require_POST
+@workspace_view(WRITE)
+def diagnosis_request(request, run_id: int):
+    run = eval_selectors.run_get(request.workspace, run_id)
+    try:
+        diagnosis = services.diagnosis_request(actor=request.actor, run=run)
+    except services.EvolutionError as exc:
+        messages.error(request, str(exc))
+        return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
+    return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
+
+
+def _diagnosis_context(diagnosis) -> dict:
+    return {"diagnosis": diagnosis, "review": selectors.review(diagnosis) if diagnosis.status == "done" else [],
+            "round": selectors.round_of(diagnosis),
+            "invalid": diagnosis.proposals.filter(valid=False).select_related("cluster"),
+            "accepted": diagnosis.proposals.filter(status="accepted").count()}
+
+
+@workspace_view()
+def diagnosis_detail(request, diagnosis_id: int):
+    """The review queue; htmx polls `#status` while the job runs and `#round` while the candidate is evaluated."""
+    diagnosis = selectors.diagnosis_get(request.workspace, diagnosis_id)
+    context = _diagnosis_context(diagnosis)
+    part = request.GET.get("part")
+    if request.htmx and part in ("status", "round"):
+        response = render(request, f"evolution/diagnosis.html#{part}", context)
+        if part == "status" and diagnosis.status in ("done", "failed"):
+            response["HX-Refresh"] = "true"  # the clusters and proposals arrive with the whole page
+        return response
+    return render(request, "evolution/diagnosis.html", context)
+
+
+@require_POST
+@workspace_view(WRITE)
+def proposal_action(request, proposal_id: int, action: str):
+    """Accept, reject (with a reason), edit (opens the file editor with the result) or revert one edit.
+    htmx gets the proposal's fragment back (422 with the error when refused); plain posts are redirected."""
+    if action not in ACTIONS:
+        raise Http404("No such action.")
+    proposal = selectors.proposal_get(request.workspace, proposal_id)
+    diagnosis = proposal.diagnosis
+    try:
+        if action == "accept":
+            services.proposal_accept(actor=request.actor, proposal=proposal)
+        elif action == "reject":
+            services.proposal_reject(actor=request.actor, proposal=proposal, reason=request.POST.get("reason", ""))
+        elif action == "edit":
+            services.proposal_edit(actor=request.actor, proposal=proposal, user=request.user)
+            url = reverse("harness_edit", kwargs={"ws": request.workspace.slug, "name": diagnosis.harness.name})
+            return redirect(url + "?" + urlencode({"path": proposal.target or "harness.yaml"}))
+        else:
+            version = services.proposal_revert(actor=request.actor, proposal=proposal)
+            messages.success(request, f"Reverted edit #{proposal.pk} as v{version.number}.")
+            return redirect("evolution_history", ws=request.workspace.slug, name=diagnosis.harness.name)
+        error, status = "", 200
+    except services.EvolutionError as exc:
+        error, status = str(exc), 422
+    if not request.htmx:
+        if error:
+            messages.error(request, error)
+        return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
+    proposal.refresh_from_db()
+    return render(request, "evolution/diagnosis.html#proposal",
+                  {"proposal": proposal, "error": error, "round": selectors.round_of(diagnosis)}, status=status)
+
+
+@require_POST
+@workspace_view(WRITE)
+def round_create(request, diagnosis_id: int):
+    """The accepted edits as one candidate version (author: the AI; approver: you)."""
+    diagnosis = selectors.diagnosis_get(request.workspace, diagnosis_id)
+    try:
+        evolution_round = services.round_create(actor=request.actor, diagnosis=diagnosis)
+        messages.success(request, f"Created the candidate v{evolution_round.candidate.number}.")
+    except (services.EvolutionError, SpecInvalid) as exc:
+        messages.error(request, str(exc))
+    return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
+
+
+@require_POST
+@workspace_view(WRITE)
+def round_evaluate(request, round_id: int):
+    """One click: the dev-set eval of the candidate, then the comparison with the regression gate."""
+    evolution_round = Round.objects.filter(pk=round_id, harness__workspace=request.workspace).first()
+    if evolution_round is None:
+        raise Http404("No such round.")
+    try:
+        services.round_evaluate(actor=request.actor, evolution_round=evolution_round)
+    except services.EvolutionError as exc:
+        messages.error(request, str(exc))
+    return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=evolution_round.diagnosis_id)
+
+
+@workspace_view()
+def evolution_history(request, name: str):
+    """Versions with Acc/Eff per round (chart), the attribution ledger with reverts, clusters over time."""
+    harness = harness_selectors.harness_get(request.workspace, name)
+    history = selectors.history(harness)
+    return render(request, "evolution/history.html", {
+        "harness": harness, **history,
+        "diagnoses": selectors.diagnoses(request.workspace).filter(harness=harness)[:50],
+        "chart": {"labels": [p["label"] for p in history["points"]],
+                  "accuracy": [p["accuracy"] for p in history["points"]],
+                  "effectiveness": [p["effectiveness"] for p in history["points"]]}})

@@ -1,0 +1,78 @@
+"""Platform API for harness evolution: request a diagnosis, read clusters and proposals, accept or reject."""
+
+from ninja import Router, Status
+
+from console.access import READ, require
+from evaluation import selectors as eval_selectors
+from evaluation.evolution import selectors, services
+from evaluation.evolution.models import Cluster, Diagnosis, Proposal
+from evaluation.evolution.schemas import ClusterOut, DiagnosisOut, ProposalOut, RejectIn
+
+router = Router(tags=["evolution"])
+
+
+def _diagnosis_out(d: Diagnosis) -> dict:
+    return {"id": d.pk, "harness": d.harness.name, "version": d.version.number, "run": d.run_id, "status": d.status,
+            "error": d.error, "advice": d.advice, "summary": d.summary, "created_at": d.created_at}
+
+
+def _cluster_out(c: Cluster) -> dict:
+    data = c.data
+    return {"cluster_id": c.cluster_id, "rank": c.rank, "title": c.title, "size": c.size, "share": c.share,
+            "accuracy_lost": c.accuracy_lost, "effectiveness_lost": c.effectiveness_lost,
+            "judge_suspect": c.judge_suspect, "component": data.get("component"), "case_ids": data.get("case_ids", []),
+            "centre_case": data.get("centre_case", ""), "boundary_case": data.get("boundary_case", ""),
+            "passing_cases": data.get("passing_cases", []), "suspect_reasons": data.get("suspect_reasons", [])}
+
+
+def _proposal_out(p: Proposal) -> dict:
+    return {"id": p.pk, "cluster_id": p.cluster.cluster_id if p.cluster_id else None, "generator": p.generator,
+            "hypothesis": p.hypothesis, "rationale": p.rationale, "diff": p.diff, "target": p.target,
+            "base_hash": p.base_hash, "evidence": p.evidence, "valid": p.valid, "errors": p.errors,
+            "status": p.status, "reason": p.reason, "decided_by": p.decided_by}
+
+
+def _diagnosis(request, diagnosis_id: int) -> Diagnosis:
+    require(request.actor, request.workspace, READ)
+    return selectors.diagnosis_get(request.workspace, diagnosis_id)
+
+
+@router.post("/eval/runs/{run_id}/diagnoses", response={201: DiagnosisOut}, summary="Diagnose a finished eval run")
+def request_diagnosis(request, run_id: int):
+    """Queue a diagnosis (write scope): failure signatures, clusters, stop advice and proposed edits."""
+    run = eval_selectors.run_get(request.workspace, run_id)
+    return Status(201, _diagnosis_out(services.diagnosis_request(actor=request.actor, run=run)))
+
+
+@router.get("/diagnoses/{diagnosis_id}", response=DiagnosisOut)
+def get_diagnosis(request, diagnosis_id: int):
+    return _diagnosis_out(_diagnosis(request, diagnosis_id))
+
+
+@router.get("/diagnoses/{diagnosis_id}/clusters", response=list[ClusterOut])
+def list_clusters(request, diagnosis_id: int):
+    """Clusters ranked by the accuracy and effectiveness they cost."""
+    return [_cluster_out(c) for c in _diagnosis(request, diagnosis_id).clusters.all()]
+
+
+@router.get("/diagnoses/{diagnosis_id}/proposals", response=list[ProposalOut])
+def list_proposals(request, diagnosis_id: int, valid: bool | None = None):
+    """Proposed edits; `valid=true` for the candidates only (invalid ones keep their errors)."""
+    proposals = _diagnosis(request, diagnosis_id).proposals.select_related("cluster")
+    if valid is not None:
+        proposals = proposals.filter(valid=valid)
+    return [_proposal_out(p) for p in proposals]
+
+
+@router.post("/proposals/{proposal_id}/accept", response=ProposalOut)
+def accept_proposal(request, proposal_id: int):
+    """Accept a valid proposal (write scope); accepted edits become one candidate version in the console."""
+    proposal = selectors.proposal_get(request.workspace, proposal_id)
+    return _proposal_out(services.proposal_accept(actor=request.actor, proposal=proposal))
+
+
+@router.post("/proposals/{proposal_id}/reject", response=ProposalOut)
+def reject_proposal(request, proposal_id: int, payload: RejectIn):
+    """Reject with a reason (write scope): later diagnoses read it and never propose the same edit again."""
+    proposal = selectors.proposal_get(request.workspace, proposal_id)
+    return _proposal_out(services.proposal_reject(actor=request.actor, proposal=proposal, reason=payload.reason))

@@ -1,0 +1,89 @@
+"""Reads for harness evolution: diagnoses with clusters and proposals, review evidence, history per harness."""
+
+from django.http import Http404
+
+from console.models import Workspace
+from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
+from evaluation.models import EvalResult, EvalRun
+from harness.models import Harness
+
+
+def diagnoses(workspace: Workspace):
+    return Diagnosis.objects.filter(workspace=workspace).select_related("harness", "version", "run")
+
+
+def diagnosis_get(workspace: Workspace, diagnosis_id: int) -> Diagnosis:
+    diagnosis = diagnoses(workspace).filter(pk=diagnosis_id).first()
+    if diagnosis is None:
+        raise Http404("No such diagnosis.")
+    return diagnosis
+
+
+def diagnoses_of_run(run: EvalRun):
+    return Diagnosis.objects.filter(run=run).order_by("-created_at", "-id")
+
+
+def proposal_get(workspace: Workspace, proposal_id: int) -> Proposal:
+    proposal = Proposal.objects.select_related("diagnosis__harness", "diagnosis__version", "diagnosis__workspace",
+                                               "cluster").filter(diagnosis__workspace=workspace,
+                                                                 pk=proposal_id).first()
+    if proposal is None:
+        raise Http404("No such proposal.")
+    return proposal
+
+
+def round_of(diagnosis: Diagnosis) -> Round | None:
+    return Round.objects.filter(diagnosis=diagnosis).select_related("candidate", "run", "comparison").first()
+
+
+def review(diagnosis: Diagnosis) -> list[dict]:
+    """Clusters ranked by impact, each with its representative cases' evidence and its proposals."""
+    clusters = list(diagnosis.clusters.all())
+    wanted = {cid for c in clusters for cid in (c.data.get("centre_case"), c.data.get("boundary_case"),
+                                                  *c.data.get("passing_cases", []))}
+    results = {r.case.case_id: r for r in EvalResult.objects.filter(run=diagnosis.run, case__case_id__in=wanted)
+               .select_related("case")}
+    proposals: dict[int | None, list[Proposal]] = {}
+    for proposal in diagnosis.proposals.all().order_by("-valid", "id"):
+        proposals.setdefault(proposal.cluster_id, []).append(proposal)
+    out = []
+    for cluster in clusters:
+        data = cluster.data
+        representatives = [(role, results.get(cid)) for role, cid in
+                           [("nearest the centre", data.get("centre_case")), ("boundary", data.get("boundary_case")),
+                            *[("passing, same skill", cid) for cid in data.get("passing_cases", [])]]]
+        out.append({"cluster": cluster, "representatives": [(role, r) for role, r in representatives if r],
+                    "proposals": proposals.get(cluster.pk, [])})
+    return out
+
+
+def cluster_timeline(harness: Harness) -> dict[str, list[tuple[int, int]]]:
+    """cluster_id → [(diagnosis id, size)] over the harness's diagnoses, oldest first."""
+    timeline: dict[str, list[tuple[int, int]]] = {}
+    for cluster_id, diagnosis_id, size in Cluster.objects.filter(diagnosis__harness=harness).order_by(
+            "diagnosis__created_at", "diagnosis_id").values_list("cluster_id", "diagnosis_id", "size"):
+        timeline.setdefault(cluster_id, []).append((diagnosis_id, size))
+    return timeline
+
+
+def history(harness: Harness) -> dict:
+    """The chain of diagnosed versions and their candidates: Acc/Eff per round, ledger, clusters over time."""
+    rounds = list(Round.objects.filter(harness=harness).select_related(
+        "diagnosis__version", "diagnosis__run", "candidate", "run", "comparison").order_by("created_at", "id"))
+    points = []
+    for r in rounds:
+        baseline = r.diagnosis.run.summary.get("overall", {})
+        if not points:
+            points.append({"label": f"v{r.diagnosis.version.number}", "accuracy": baseline.get("accuracy"),
+                           "effectiveness": baseline.get("effectiveness")})
+        if r.run_id and r.run.status == EvalRun.Status.DONE:
+            overall = r.run.summary.get("overall", {})
+            points.append({"label": f"v{r.candidate.number}", "accuracy": overall.get("accuracy"),
+                           "effectiveness": overall.get("effectiveness")})
+    accepted = Proposal.objects.filter(diagnosis__harness=harness, status=Proposal.Status.ACCEPTED,
+                                       diagnosis__round__isnull=False).select_related("diagnosis__round__candidate")
+    ledger = []
+    for proposal in accepted.order_by("id"):
+        entry = proposal.diagnosis.round.attribution.get("proposals", {}).get(str(proposal.pk), {})
+        ledger.append({"proposal": proposal, "round": proposal.diagnosis.round, **entry})
+    return {"rounds": rounds, "points": points, "ledger": ledger, "timeline": cluster_timeline(harness)}
