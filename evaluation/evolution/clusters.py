@@ -4,7 +4,8 @@
 2. A core group of at least `min_cluster_size` cases is a cluster; inside it, k-means (k by silhouette)
    splits it only when its texts clearly separate (silhouette ≥ `split_silhouette`).
 3. The failures left over (rare signatures) are clustered ACROSS groups with HDBSCAN over TF-IDF of their
-   text (signature words, judge reasons, reply, tool sequence); HDBSCAN's noise is the long tail.
+   text (signature words, judge reasons, reply, tool sequence); HDBSCAN's noise, and any group it forms
+   whose texts are not cohesive (mean cosine similarity below `min_cohesion`), is the long tail.
 
 Each cluster carries its size, share of failures, accuracy/effectiveness lost (points of the run's mean),
 the harness component it points at (with the version's content hash), representatives (nearest the centre,
@@ -44,6 +45,7 @@ class ClusterConfig:
     min_cluster_size: int = 2  # fewer cases than this are long tail, not a pattern
     split_silhouette: float = 0.35  # a core group is split only when its parts separate at least this well
     max_split_k: int = 4
+    min_cohesion: float = 0.5  # a text cluster's mean pairwise cosine similarity; looser groups stay noise
     top_terms: int = 8
     passing_contrast: int = 2  # passing cases of the same skill shown beside a cluster
     calibration_floor: float = 0.4  # judge/human agreement below this for a category makes its clusters suspect
@@ -148,7 +150,11 @@ def cluster_failures(records: Sequence[CaseRecord], spec: HarnessSpec, *, config
         found: dict[int, list[str]] = defaultdict(list)
         for case_id, label in zip(leftovers, labels, strict=True):
             (noise.append(case_id) if label < 0 else found[int(label)].append(case_id))
-        members += [(ids, "text") for _, ids in sorted(found.items())]
+        for _, ids in sorted(found.items()):
+            if _cohesion(vectors[[row[i] for i in ids]]) >= config.min_cohesion:
+                members.append((ids, "text"))
+            else:
+                noise.extend(ids)
     else:
         noise = leftovers
 
@@ -169,13 +175,21 @@ def _tfidf(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return matrix.toarray(), vectorizer.get_feature_names_out()  # rows are L2-normalised
 
 
+def _cohesion(vectors: np.ndarray) -> float:
+    """Mean pairwise cosine similarity (rows are L2-normalised)."""
+    n = len(vectors)
+    similarity = vectors @ vectors.T
+    return float((similarity.sum() - n) / (n * (n - 1))) if n > 1 else 1.0
+
+
 def _split(vectors: np.ndarray, config: ClusterConfig) -> list[list[int]] | None:
     """Parts of one core group when k-means separates them clearly (best silhouette over k), else None."""
     n = len(vectors)
-    if n < 2 * config.min_cluster_size or len({tuple(np.round(v, 6)) for v in vectors}) < 2:
+    distinct = len({tuple(np.round(v, 6)) for v in vectors})
+    if n < 2 * config.min_cluster_size or distinct < 2:
         return None
     best: tuple[float, np.ndarray] | None = None
-    for k in range(2, min(config.max_split_k, n // config.min_cluster_size) + 1):
+    for k in range(2, min(config.max_split_k, n // config.min_cluster_size, distinct) + 1):
         labels = KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(vectors)
         if len(set(labels)) < 2 or min(Counter(labels).values()) < config.min_cluster_size:
             continue
@@ -274,13 +288,14 @@ def assign_identities(clusters: Sequence[FailureCluster], previous: Sequence[Map
     """Give each cluster the id of the previous diagnosis's cluster it continues, else a new stable id.
 
     `previous` holds `{"cluster_id", "core", "terms"}` of the clusters seen so far for this harness. A match
-    needs the same cause-level core or terms overlapping by `min_similarity` (Jaccard); best pairs first.
+    needs the same cause-level core (which outweighs any term overlap) or terms overlapping by
+    `min_similarity` (Jaccard); best pairs first.
     New ids derive from the core, so the same failures diagnosed twice get the same id.
     """
     pairs = []
     for i, cluster in enumerate(clusters):
         for j, old in enumerate(previous):
-            score = (1.0 if old.get("core") == cluster.core else 0.0) + _jaccard(cluster.terms, old.get("terms", ()))
+            score = (2.0 if old.get("core") == cluster.core else 0.0) + _jaccard(cluster.terms, old.get("terms", ()))
             if old.get("core") == cluster.core or score >= min_similarity:
                 pairs.append((-score, -cluster.size, i, j))
     given: dict[int, str] = {}

@@ -195,10 +195,11 @@ def _reply_length(cluster, records, spec):
                              rationale="The limit stated to the model comes from the setting the hook enforces, "
                                        "so the two can no longer disagree.")
     block = next((b for b in spec.prompt if "constraint" in b.name), None)
-    if block is None or "{{ reply_max_chars }}" in block.template and "first" in block.template:
+    line = ("- Keep the whole reply within {{ reply_max_chars }} characters and state the fact asked for first: "
+            "longer replies are cut at that length.")
+    if block is None or line in block.template:
         return None
-    template = block.template + ("\n- Keep the whole reply within {{ reply_max_chars }} characters and state the "
-                                 "fact asked for first: longer replies are cut at that length.")
+    template = block.template + "\n" + line
     edited = _replace_module(spec, "prompt", block.name, template=template,
                              variables=tuple(sorted({*block.variables, "reply_max_chars"})))
     return _proposal(cluster, "reply-length", spec, edited, target=f"prompt/{block.order:02d}-{block.name}.md",
