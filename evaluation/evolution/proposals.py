@@ -121,8 +121,9 @@ def _replace_module(spec: HarnessSpec, attribute: str, name: str, **changes) -> 
 # The catalogue ----------------------------------------------------------------------------------------
 
 def trigger_phrases(messages: Sequence[str], description: str, *, limit: int = 4) -> list[str]:
-    """Short phrases (2-3 words, no stop-word edges) shared by the failing messages and absent from the
-    description; single content words when no phrase repeats. Never five words: nothing is copied whole."""
+    """Short phrases (2-3 words, or content words; no stop-word edges) from the failing messages, absent from
+    the description, most shared first (only shared ones when any repeat). Never five words: nothing is
+    copied whole."""
     counts: Counter[str] = Counter()
     for message in messages:
         words = re.findall(r"[a-z][a-z']*", message.lower())
@@ -137,9 +138,10 @@ def trigger_phrases(messages: Sequence[str], description: str, *, limit: int = 4
         counts.update(seen)
     known = description.lower()
     ranked = sorted((p for p in counts if p not in known), key=lambda p: (-counts[p], -len(p.split()), p))
+    shared = 2 if ranked and counts[ranked[0]] >= 2 else 1  # phrases several viewers used, when there are any
     chosen: list[str] = []
     for phrase in ranked:
-        if counts[phrase] < 2 and len(messages) > 1:
+        if counts[phrase] < shared:
             break
         if any(phrase in c or c in phrase for c in chosen):
             continue

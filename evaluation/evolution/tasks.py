@@ -5,7 +5,7 @@ from celery import shared_task
 from evaluation.evolution.models import Diagnosis, Round
 
 
-@shared_task(name="evolution.diagnose", queue="cpu", acks_late=True, time_limit=1800,
+@shared_task(name="evolution.diagnose", acks_late=True, time_limit=1800,
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def diagnose(diagnosis_id: int) -> str:
     """Cluster the run's failures and propose edits (the analysis is CPU-only: scikit-learn, no model)."""
@@ -16,7 +16,7 @@ def diagnose(diagnosis_id: int) -> str:
     return diagnosis_execute(diagnosis_id=diagnosis_id)
 
 
-@shared_task(name="evolution.evaluate_round", queue="cpu", acks_late=True, time_limit=6 * 3600,
+@shared_task(name="evolution.evaluate_round", acks_late=True, time_limit=6 * 3600,
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def evaluate_round(round_id: int) -> str:
     """Evaluate a round's candidate version, then compare it with the diagnosed run and apply the gate."""

@@ -58,7 +58,14 @@ CONSOLE = {
     "experiment_new": ("POST", "write"),
     "experiment_detail": ("GET", "read"),
     "experiment_action": ("POST", "write"),
+    "evolution_diagnose": ("POST", "write"),
+    "diagnosis_detail": ("GET", "read"),
+    "evolution_round_create": ("POST", "write"),
+    "evolution_round_evaluate": ("POST", "write"),
+    "evolution_proposal_action": ("POST", "write"),
+    "evolution_history": ("GET", "read"),
 }
+EVOLUTION_IDS = ("diagnosis_id", "round_id", "proposal_id")
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
              "admin": {"read", "write", "approve", "admin"}}
@@ -86,11 +93,11 @@ def console_url(name: str, ws: str, harness: str, key_id) -> str:
         kwargs["label"] = "staging"
     if "key_id" in params:
         kwargs["key_id"] = ids["key_id"]
-    for param in ("run_id", "result_id"):
+    for param in ("run_id", "result_id", *EVOLUTION_IDS):
         if param in params:
             kwargs[param] = ids[param]
     if "action" in params:
-        kwargs["action"] = "stop" if name == "experiment_action" else "discard"
+        kwargs["action"] = {"experiment_action": "stop", "evolution_proposal_action": "accept"}.get(name, "discard")
     if "key" in params:
         kwargs["key"] = "exp-secret" if harness == "secret" else "exp-" + ws
     if "trace_id" in params:
@@ -119,10 +126,27 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
         result = EvalResult.objects.create(run=run, case=version.cases.get(), category="ifeval", accuracy=1,
                                            effectiveness=1, judge_version="j", outcome="replied", latency_ms=1,
                                            trace={"steps": []})
-        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk}
+        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk, **evolution_objects(run)}
         Experiment.objects.create(workspace=space, key="exp-secret" if h.name == "secret" else f"exp-{space.slug}",
                                   seed="s", harness=h, created_by="t")
     return {"own_key": ids["acme"], "foreign_key": ids["rival"]}
+
+
+def evolution_objects(run) -> dict:
+    """A diagnosis of `run` with one cluster, one pending valid proposal and a round (ids by URL parameter)."""
+    from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
+
+    diagnosis = Diagnosis.objects.create(workspace=run.workspace, harness=run.harness, version=run.harness_version,
+                                         run=run, status="done", created_by="t")
+    cluster = Cluster.objects.create(diagnosis=diagnosis, cluster_id="c-1", rank=1, title="t", core="c", size=2,
+                                     share=1.0, accuracy_lost=0.5, effectiveness_lost=0.5, data={})
+    proposal = Proposal.objects.create(diagnosis=diagnosis, cluster=cluster, generator="rules:t", hypothesis="h",
+                                       diff="", base_hash=run.harness_version.content_hash, fingerprint="f", valid=True)
+    other = Diagnosis.objects.create(workspace=run.workspace, harness=run.harness, version=run.harness_version,
+                                     run=run, status="done", created_by="t")
+    evolution_round = Round.objects.create(diagnosis=other, harness=run.harness, candidate=run.harness_version,
+                                           approved_by="t")
+    return {"diagnosis_id": diagnosis.pk, "round_id": evolution_round.pk, "proposal_id": proposal.pk}
 
 
 def url_params(name: str) -> set[str]:
@@ -168,7 +192,8 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     # Their objects (harness, key), reached through our workspace's URL.
     url = console_url(name, "acme", "secret", world["foreign_key"])
     foreign_object = "secret" in url or "t-rival" in url or "exp-rival" in url or any(
-        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id") if k in url_params(name))
+        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id", *EVOLUTION_IDS)
+        if k in url_params(name))
     if role != "outsider" and foreign_object:
         status = request(client, method, url).status_code
         _, capability = CONSOLE[name]
@@ -232,3 +257,21 @@ def test_api_writes_need_scopes(client, tokens, harness):
     assert client.put(url, move, content_type="application/json", **bearer(tokens["write"])).status_code == 403
     assert client.put(url, move, content_type="application/json", **bearer(tokens["foreign"])).status_code == 404
     assert client.put(url, move, content_type="application/json", **bearer(tokens["approve"])).status_code == 200
+
+
+def test_evolution_api_scopes_and_workspaces(client, tokens, world):
+    ids = world["own_key"]
+    reads = [f"/api/v1/diagnoses/{ids['diagnosis_id']}", f"/api/v1/diagnoses/{ids['diagnosis_id']}/clusters",
+             f"/api/v1/diagnoses/{ids['diagnosis_id']}/proposals"]
+    for url in reads:
+        assert client.get(url).status_code == 401
+        assert client.get(url, **bearer(tokens["read"])).status_code == 200
+        assert client.get(url, **bearer(tokens["ingest"])).status_code == 403
+        assert client.get(url, **bearer(tokens["foreign"])).status_code == 404
+    accept = f"/api/v1/proposals/{ids['proposal_id']}/accept"
+    assert client.post(accept, **bearer(tokens["read"])).status_code == 403
+    assert client.post(accept, **bearer(tokens["foreign"])).status_code == 404
+    assert client.post(accept, **bearer(tokens["write"])).json()["status"] == "accepted"
+    diagnose = f"/api/v1/eval/runs/{ids['run_id']}/diagnoses"
+    assert client.post(diagnose, **bearer(tokens["read"])).status_code == 403
+    assert client.post(diagnose, **bearer(tokens["foreign"])).status_code == 404

@@ -1,0 +1,138 @@
+"""Diagnosis → review → candidate version → dev-set eval → regression gate, on PostgreSQL with a real worker,
+and the API that drives it."""
+
+import json
+
+import pytest
+
+from console.access import Actor
+from console.models import AuditEvent
+from evaluation import services as eval_services
+from evaluation.evolution import services
+from evaluation.evolution.models import Diagnosis, Proposal, Round
+from evaluation.models import EvalRun
+from harness.models import HarnessVersion
+from serving.services import api_key_create
+from tests.live_servers import child_env, requires_services, start_worker, stop, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
+
+
+@pytest.fixture
+def finished_run(workspace, harness, settings):
+    """A done run of the demo harness on 12 simulated cases with the scripted model (it fails many)."""
+    settings.SCRIPTED_STEPS = json.loads(child_env()["HARNESSOPS_SCRIPTED_STEPS"])  # as the worker answers
+    system = Actor.system("test")
+    version = eval_services.eval_set_generate(actor=system, workspace=workspace, name="dev", suite="live_stream_qa",
+                                              seed=3, n=12)
+    run = eval_services.run_create(actor=system, workspace=workspace, set_version=version, harness=harness,
+                                   version=harness.head, backend="scripted", concurrency=2, start=False)
+    assert eval_services.run_execute(run_id=run.pk) == "done"
+    return EvalRun.objects.get(pk=run.pk)
+
+
+def test_accept_draft_eval_gate_with_a_real_worker(workspace, harness, members, finished_run, purge_queue_fixture):
+    person = Actor.for_user(members["operator"])
+    worker = start_worker()
+    try:
+        diagnosis = services.diagnosis_request(actor=person, run=finished_run)
+        wait_for(lambda: Diagnosis.objects.get(pk=diagnosis.pk).status in ("done", "failed"), 120, "the diagnosis")
+        diagnosis.refresh_from_db()
+        assert diagnosis.status == "done", diagnosis.error
+        assert diagnosis.summary["failures"] > 0 and diagnosis.clusters.exists()
+        assert diagnosis.advice["rule"]
+        candidates = list(diagnosis.proposals.filter(valid=True).order_by("id"))
+        assert len(candidates) >= 2, diagnosis.summary
+        assert all(p.generator.startswith("rules:") for p in candidates)
+
+        services.proposal_accept(actor=person, proposal=candidates[0])
+        services.proposal_reject(actor=person, proposal=candidates[1], reason="the trigger list is long enough")
+        evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
+        candidate = evolution_round.candidate
+        assert candidate.number == 2 and candidate.parent_id == finished_run.harness_version_id
+        # The AI authored the version; the person approved it: two different actors in the audit log.
+        assert candidate.author_kind == "system" and candidate.author_label.startswith("ai:evolution (rules:")
+        commit = AuditEvent.objects.get(action="version.commit", target_id=str(candidate.pk))
+        approval = AuditEvent.objects.get(action="evolution.round.approve", target_id=str(candidate.pk))
+        assert commit.actor_kind == "system" and approval.actor_label == "operator" and approval.actor_kind == "user"
+
+        run = services.round_evaluate(actor=person, evolution_round=evolution_round)
+        assert run.harness_version_id == candidate.pk and run.set_version_id == finished_run.set_version_id
+        wait_for(lambda: Round.objects.get(pk=evolution_round.pk).status in ("gated", "failed"), 180, "the gate")
+    finally:
+        stop(worker)
+    evolution_round.refresh_from_db()
+    assert evolution_round.status == "gated", evolution_round.error
+    comparison = evolution_round.comparison
+    assert comparison.baseline_id == finished_run.pk and comparison.candidate_id == evolution_round.run_id
+    assert "accuracy" in comparison.metrics and comparison.reasons is not None
+    ledger = evolution_round.attribution["proposals"][str(candidates[0].pk)]
+    assert set(ledger) >= {"fixed", "still_failing", "regressed", "fix_rate"}
+
+    # One click reverts the accepted edit on top of the head.
+    reverted = services.proposal_revert(actor=person, proposal=Proposal.objects.get(pk=candidates[0].pk))
+    assert reverted.content_hash == harness.head.content_hash and reverted.number == 3
+
+    # The next diagnosis (of the same run) reads the rejection: that edit is no longer a candidate,
+    # and clusters keep their ids.
+    again = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head, run=finished_run,
+                                     created_by="t", config={})
+    assert services.diagnosis_execute(diagnosis_id=again.pk) == "done"
+    again.refresh_from_db()
+    rejected = again.proposals.get(fingerprint=candidates[1].fingerprint)
+    assert not rejected.valid and rejected.errors[0].startswith("rejected:")
+    assert set(again.clusters.values_list("cluster_id", flat=True)) == set(
+        diagnosis.clusters.values_list("cluster_id", flat=True))
+    assert again.config["rejections_read"] == 1
+
+
+def test_refusals_leave_nothing_half_written(workspace, harness, members, finished_run):
+    person, viewer = Actor.for_user(members["operator"]), Actor.for_user(members["viewer"])
+    diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
+                                         run=finished_run, created_by="t")
+    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    proposal = diagnosis.proposals.filter(valid=True).first()
+    with pytest.raises(services.EvolutionError, match="Say why"):
+        services.proposal_reject(actor=person, proposal=proposal, reason="  ")
+    from django.core.exceptions import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        services.proposal_accept(actor=viewer, proposal=proposal)
+    with pytest.raises(services.EvolutionError, match="Accept at least one"):
+        services.round_create(actor=person, diagnosis=diagnosis)
+    assert Proposal.objects.get(pk=proposal.pk).status == "pending"
+    assert HarnessVersion.objects.filter(harness=harness).count() == 1 and not Round.objects.exists()
+    invalid = Proposal.objects.create(diagnosis=diagnosis, generator="rules:x", hypothesis="h", diff="x",
+                                      base_hash="0", fingerprint="f", valid=False, errors=["applies: no"])
+    with pytest.raises(services.EvolutionError, match="not a candidate"):
+        services.proposal_accept(actor=person, proposal=invalid)
+    running = EvalRun.objects.create(workspace=workspace, set_version=finished_run.set_version, harness=harness,
+                                     harness_version=harness.head, backend="scripted", total=1, created_by="t")
+    with pytest.raises(services.EvolutionError, match="finished"):
+        services.diagnosis_request(actor=person, run=running)
+
+
+def test_api_requests_a_diagnosis_and_decides(client, workspace, harness, finished_run):
+    system = Actor.system("test")
+    _, token = api_key_create(actor=system, workspace=workspace, name="w", scopes=["write"])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    response = client.post(f"/api/v1/eval/runs/{finished_run.pk}/diagnoses", **auth)
+    assert response.status_code == 201 and response.json()["status"] == "queued"
+    diagnosis_id = response.json()["id"]
+    services.diagnosis_execute(diagnosis_id=diagnosis_id)  # the job (run inline here)
+    clusters = client.get(f"/api/v1/diagnoses/{diagnosis_id}/clusters", **auth).json()
+    assert clusters and clusters[0]["rank"] == 1 and clusters[0]["cluster_id"].startswith("c-")
+    proposals = client.get(f"/api/v1/diagnoses/{diagnosis_id}/proposals?valid=true", **auth).json()
+    assert proposals and all(p["valid"] and p["generator"].startswith("rules:") for p in proposals)
+    first, second = proposals[0]["id"], proposals[1]["id"]
+    empty = client.post(f"/api/v1/proposals/{second}/reject", json.dumps({"reason": ""}),
+                        content_type="application/json", **auth)
+    assert empty.status_code == 422 and empty.json()["errors"][0]["path"].endswith("reason")
+    assert client.post(f"/api/v1/proposals/{first}/accept", **auth).json()["status"] == "accepted"
+    again = client.post(f"/api/v1/proposals/{first}/accept", **auth)
+    assert again.status_code == 400 and "already accepted" in again.json()["detail"]
+    rejected = client.post(f"/api/v1/proposals/{second}/reject", json.dumps({"reason": "too broad"}),
+                           content_type="application/json", **auth).json()
+    assert rejected["status"] == "rejected" and rejected["reason"] == "too broad"
+    schema = client.get("/api/openapi.json").json()
+    assert "/api/v1/diagnoses/{diagnosis_id}/proposals" in schema["paths"]
