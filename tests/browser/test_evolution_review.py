@@ -1,0 +1,84 @@
+"""The review flow in headless Chromium against Daphne and a real worker: ask for a diagnosis from the run page,
+read clusters, accept one proposal, reject one with a reason, make the candidate and launch its eval."""
+
+import json
+import threading
+
+import pytest
+from django.db import connection
+from playwright.sync_api import expect
+
+from console.access import Actor
+from evaluation import services as eval_services
+from evaluation.evolution.models import Proposal, Round
+from evaluation.models import EvalRun
+from tests.live_servers import (
+    child_env,
+    log_in,
+    requires_services,
+    start_daphne,
+    start_worker,
+    stop,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), requires_services]
+
+
+def test_review_queue_accept_reject_candidate_and_eval(page, settings, workspace, harness, members,
+                                                        purge_queue_fixture):
+    settings.SCRIPTED_STEPS = json.loads(child_env()["HARNESSOPS_SCRIPTED_STEPS"])
+    system = Actor.system("test")
+    version = eval_services.eval_set_generate(actor=system, workspace=workspace, name="dev", suite="live_stream_qa",
+                                              seed=3, n=12)
+    run = eval_services.run_create(actor=system, workspace=workspace, set_version=version, harness=harness,
+                                   version=harness.head, backend="scripted", concurrency=2, start=False)
+    # Off the browser's event loop: the run publishes progress through async_to_sync.
+    def execute():
+        try:
+            eval_services.run_execute(run_id=run.pk)
+        finally:
+            connection.close()  # the thread's own connection, or the test database cannot be dropped
+
+    finished = threading.Thread(target=execute)
+    finished.start()
+    finished.join()
+    assert EvalRun.objects.get(pk=run.pk).status == "done"
+    daphne, base = start_daphne()
+    worker = start_worker()
+    try:
+        log_in(page, base, members["operator"])
+        page.goto(f"{base}/w/acme/eval/runs/{run.pk}/")
+        page.click("#diagnose")
+        page.wait_for_url("**/evolution/diagnoses/*/")
+        # The page polls while the job runs, then reloads with the clusters.
+        expect(page.locator("#status strong[data-status=done]")).to_be_visible(timeout=90_000)
+        expect(page.locator("#advice")).to_contain_text("rule:")
+        expect(page.locator("section.cluster").first).to_be_visible()
+        proposals = page.locator(".proposal[data-status=pending]")
+        assert proposals.count() >= 2
+        first_id = proposals.nth(0).get_attribute("id")
+        second_id = proposals.nth(1).get_attribute("id")
+        expect(page.locator(f"#{first_id} .diff .add").first).to_be_visible()  # the diff, highlighted
+
+        page.locator(f"#{first_id} button.accept").click()
+        expect(page.locator(f"#{first_id} .proposal-status")).to_have_text("accepted")
+        page.locator(f"#{second_id} input[name=reason]").fill("adds <b>too</b> many triggers")
+        page.locator(f"#{second_id} form.reject button").click()
+        expect(page.locator(f"#{second_id} .proposal-status")).to_have_text("rejected")
+        expect(page.locator(f"#{second_id}")).to_contain_text("adds <b>too</b> many triggers")  # escaped text
+
+        page.reload()
+        page.click("#make-round")
+        expect(page.locator("#round")).to_contain_text("author ai:evolution (rules:")
+        expect(page.locator("#round")).to_contain_text("approved by operator")
+        page.click("#evaluate")
+        expect(page.locator("#round-run")).to_be_visible()
+        expect(page.locator("#gate")).to_be_visible(timeout=120_000)  # polled until the gate is in
+    finally:
+        stop(worker)
+        stop(daphne)
+    accepted = Proposal.objects.get(pk=int(first_id.split("-")[1]))
+    rejected = Proposal.objects.get(pk=int(second_id.split("-")[1]))
+    assert accepted.status == "accepted" and rejected.reason == "adds <b>too</b> many triggers"
+    evolution_round = Round.objects.get()
+    assert evolution_round.status == "gated" and EvalRun.objects.get(pk=evolution_round.run_id).status == "done"
