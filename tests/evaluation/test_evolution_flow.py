@@ -31,7 +31,8 @@ def finished_run(workspace, harness, settings):
     return EvalRun.objects.get(pk=run.pk)
 
 
-def test_accept_draft_eval_gate_with_a_real_worker(workspace, harness, members, finished_run, purge_queue_fixture):
+def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, members, finished_run,
+                                                  purge_queue_fixture):
     person = Actor.for_user(members["operator"])
     worker = start_worker()
     try:
@@ -68,6 +69,17 @@ def test_accept_draft_eval_gate_with_a_real_worker(workspace, harness, members, 
     assert "accuracy" in comparison.metrics and comparison.reasons is not None
     ledger = evolution_round.attribution["proposals"][str(candidates[0].pk)]
     assert set(ledger) >= {"fixed", "still_failing", "regressed", "fix_rate"}
+
+    # The history page: Acc/Eff per version for the chart (as JSON data, not HTML), the ledger with a revert.
+    client.force_login(members["viewer"])
+    page = client.get("/w/acme/harnesses/avatar/evolution/")
+    assert page.status_code == 200
+    chart = json.loads(page.content.decode().split('id="rounds-data" type="application/json">')[1].split("<")[0])
+    assert chart["labels"] == ["v1", "v2"] and len(chart["accuracy"]) == 2
+    assert f'id="ledger-{candidates[0].pk}"' in page.content.decode()
+    assert "chart-4.6.1.umd.min.js" in page.content.decode()
+    review = client.get(f"/w/acme/evolution/diagnoses/{diagnosis.pk}/").content.decode()
+    assert 'id="gate"' in review and "Check the evaluation" not in review
 
     # One click reverts the accepted edit on top of the head.
     reverted = services.proposal_revert(actor=person, proposal=Proposal.objects.get(pk=candidates[0].pk))
