@@ -251,8 +251,8 @@ _NOT_CALLED = re.compile(r"expected tool call not made: ([\w.-]+)\(")
 @rule("tool-not-called", "a reply skill was loaded but an expected tool was never called")
 def _tool_not_called(cluster, records, spec):
     sig = cluster.signature
-    if "tools" not in sig.checks or sig.failing_tool or not sig.skills_loaded:
-        return None
+    if "tools" not in sig.checks or "skills" in sig.checks or sig.failing_tool or not sig.skills_loaded:
+        return None  # with the wrong skill loaded, the skill choice is the cause (skill-trigger's business)
     missing = Counter(m.group(1) for i in cluster.case_ids if i in records
                       for reason in records[i].reasons if (m := _NOT_CALLED.search(reason)))
     if not missing:
