@@ -257,6 +257,9 @@ def main() -> None:
               f"{time.perf_counter() - round_started:.1f} s |")
         for cluster in result.clustering.clusters:
             print(f"    cluster {cluster.cluster_id} ({cluster.size}): {cluster.signature.key}", file=sys.stderr)
+        for proposal in result.proposals:
+            if not proposal.valid:
+                print(f"    invalid {proposal.generator}: {'; '.join(proposal.errors)[:200]}", file=sys.stderr)
         for proposal in accepted:
             print(f"    accepted {proposal.generator} → {proposal.target}: {proposal.hypothesis}", file=sys.stderr)
         if not gate.passed:
@@ -265,6 +268,8 @@ def main() -> None:
             continue
         spec, current = candidate, outcomes
     recovered = broken_cases & passed(current)
+    for case_id in sorted(broken_cases - recovered):
+        print(f"    not recovered {case_id}: {'; '.join(current[case_id].reasons)[:200]}", file=sys.stderr)
     print(f"\nbroken cases (passing on the clean harness, failing once broken): {len(broken_cases)}; "
           f"recovered by the loop: {len(recovered)} ({len(recovered) / max(len(broken_cases), 1):.0%}); "
           f"final acc {mean(current, 'accuracy'):.3f} eff {mean(current, 'effectiveness'):.3f}; "

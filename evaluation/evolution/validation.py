@@ -33,12 +33,21 @@ class ValidationConfig:
     copy_words: int = COPY_WORDS
 
 
-def copied_run(added: Iterable[str], case_texts: Sequence[str], n: int = COPY_WORDS) -> str:
-    """The first run of `n` words the added lines share with the eval cases' texts ('' when none)."""
+def _grams(texts: Iterable[str], n: int) -> set[tuple[str, ...]]:
     grams = set()
-    for text in case_texts:
+    for text in texts:
         words = case_words([text])
         grams.update(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return grams
+
+
+def copied_run(added: Iterable[str], case_texts: Sequence[str], n: int = COPY_WORDS,
+               removed: Iterable[str] = ()) -> str:
+    """The first run of `n` words the added lines share with the eval cases' texts ('' when none).
+
+    Runs the edited line already held (its removed version) are not new, so they do not count: a one-line
+    YAML description that already quoted a viewer phrase is not a copy made by this edit."""
+    grams = _grams(case_texts, n) - _grams(removed, n)
     for line in added:
         words = case_words([line])
         for i in range(len(words) - n + 1):
@@ -78,7 +87,7 @@ def validate_proposal(proposal: Proposal, spec: HarnessSpec, *, case_texts: Sequ
                 if lost:
                     errors.append(f"variables: {path} loses {', '.join('{{ ' + n + ' }}' for n in lost)}")
     added, removed = changed_lines(proposal.diff)
-    if run := copied_run(added, case_texts, config.copy_words):
+    if run := copied_run(added, case_texts, config.copy_words, removed):
         errors.append(f"copied: the edit copies {run!r} from an eval case")
     if len(added) + len(removed) > config.max_changed_lines or len(proposal.diff) > config.max_chars:
         errors.append(f"size: {len(added) + len(removed)} changed lines, {len(proposal.diff)} characters "

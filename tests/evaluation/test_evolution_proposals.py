@@ -150,6 +150,8 @@ def test_every_validation_rejection(spec):
     copied = _errors(good, spec, case_texts=["Also use it when a viewer asks about the knit"])
     assert any(e.startswith("copied:") for e in copied)
     assert _errors(good, spec, case_texts=["asks about"]) == ()  # four words are not a copy
+    # Text the edited line already held is not copied by this edit (the description quoted it before).
+    assert _errors(good, spec, case_texts=["is it good for sensitive skin"]) == ()
 
     assert _errors(good, spec, config=ValidationConfig(max_changed_lines=1))[0].startswith("size:")
     assert _errors(good, spec, config=ValidationConfig(max_chars=100))[0].startswith("size:")
