@@ -87,6 +87,37 @@ def _history(diagnosis: Diagnosis) -> tuple[list[dict], list[float], set[str], l
         list(rejected.values_list("reason", flat=True))
 
 
+MIN_CALIBRATION_LABELS = 5  # fewer human labels than this say nothing about a category
+
+
+def category_calibration(run: EvalRun) -> dict[str, float]:
+    """Per category: Cohen's kappa of this run's judge against human labels (majority per case) on accuracy,
+    over every annotated result judged by the same judge in the workspace; categories with too few labels
+    or an undefined kappa are left out."""
+    import math
+    from collections import defaultdict
+
+    from evaluation.metrics.agreement import cohen_kappa
+
+    judge_versions = set(run.results.values_list("judge_version", flat=True).distinct())
+    pairs: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    annotated = (EvalResult.objects.filter(run__workspace=run.workspace, judge_version__in=judge_versions,
+                                           annotations__isnull=False).distinct().prefetch_related("annotations"))
+    for result in annotated:
+        values = [float(a.accuracy) for a in result.annotations.all()]
+        human = max(sorted(set(values)), key=values.count)
+        judge, people = pairs[result.category]
+        judge.append(float(result.accuracy))
+        people.append(human)
+    out = {}
+    for category, (judge, people) in pairs.items():
+        if len(judge) >= MIN_CALIBRATION_LABELS:
+            kappa = cohen_kappa(judge, people)
+            if not math.isnan(kappa):
+                out[category] = kappa
+    return out
+
+
 def diagnosis_execute(*, diagnosis_id: int) -> str:
     """Run one diagnosis (inside the worker): clusters, advice, rule proposals and, when configured, the
     model proposer's; everything stored in one transaction. A failure is recorded, never half-stored."""
@@ -102,7 +133,9 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
         spec = harness_selectors.version_spec(diagnosis.version)
         previous, gains, rejected, reasons = _history(diagnosis)
         config = DiagnosisConfig()
-        result = diagnose(records, spec, previous=previous, gains=gains, rejected=rejected, config=config)
+        calibration = category_calibration(diagnosis.run)
+        result = diagnose(records, spec, previous=previous, calibration=calibration, gains=gains,
+                          rejected=rejected, config=config)
         proposals = list(result.proposals)
         if diagnosis.config.get("proposer"):
             proposals += _model_proposals(diagnosis.config["proposer"], result.clustering.clusters, records, spec,
@@ -123,7 +156,8 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
             clustering = result.clustering
             Diagnosis.objects.filter(pk=diagnosis_id).update(
                 status=Diagnosis.Status.DONE, finished_at=timezone.now(), advice=result.advice.to_dict(),
-                config={**diagnosis.config, **config.to_dict(), "rejections_read": len(reasons)},
+                config={**diagnosis.config, **config.to_dict(), "rejections_read": len(reasons),
+                        "calibration": calibration},
                 summary={"total": clustering.total, "failures": clustering.failures, "noise": list(clustering.noise),
                          "groups": [{"key": key, "case_ids": list(ids)} for key, ids in clustering.groups],
                          "proposals": len(proposals), "valid": sum(p.valid for p in proposals)})

@@ -148,3 +148,59 @@ def test_api_requests_a_diagnosis_and_decides(client, workspace, harness, finish
     assert rejected["status"] == "rejected" and rejected["reason"] == "too broad"
     schema = client.get("/api/openapi.json").json()
     assert "/api/v1/diagnoses/{diagnosis_id}/proposals" in schema["paths"]
+
+
+def test_the_model_proposer_runs_inside_the_diagnosis(settings, workspace, harness, finished_run):
+    from evaluation.evolution.patches import make_diff
+    from evaluation.evolution.proposer import scripted_answer
+
+    files = dict(harness.head.files)
+    path = "skills/product-qa/SKILL.md"
+    edited = {**files, path: files[path].replace("or the item on screen.", "or the item on screen, or any price.")}
+    answer = scripted_answer("Price questions miss product-qa.", "Name prices as a trigger.", [],
+                             make_diff(files, edited))
+    settings.SCRIPTED_STEPS = [answer]  # every proposer run answers at once with this edit
+    diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
+                                         run=finished_run, created_by="t", config={"proposer": "scripted"})
+    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    made = diagnosis.proposals.filter(generator__startswith="proposer:")
+    assert made.exists() and all(p.valid and p.target == path for p in made), list(made.values("errors"))
+    assert made.count() <= services.MODEL_PROPOSALS_PER_DIAGNOSIS
+    assert diagnosis.proposals.filter(generator__startswith="rules:").exists()  # both generators, told apart
+
+
+def test_weak_judge_calibration_flags_a_category(monkeypatch, workspace, harness, members, finished_run):
+    from evaluation.models import Annotation
+
+    monkeypatch.setattr(services, "MIN_CALIBRATION_LABELS", 2)
+    for result in finished_run.results.all():
+        # People disagree with every verdict of the judge: no better than chance (kappa <= 0).
+        Annotation.objects.create(result=result, annotator=members["operator"], accuracy=1 - int(result.accuracy),
+                                  effectiveness=1.0)
+    calibration = services.category_calibration(finished_run)
+    assert calibration and all(kappa < 0.4 for kappa in calibration.values())
+    diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
+                                         run=finished_run, created_by="t")
+    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    flagged = [c for c in diagnosis.clusters.all() if c.judge_suspect]
+    assert flagged and all("human labels" in " ".join(c.data["suspect_reasons"]) for c in flagged)
+    assert not diagnosis.proposals.filter(cluster__in=flagged).exists()
+    diagnosis.refresh_from_db()
+    assert diagnosis.config["calibration"] == calibration
+
+
+def test_edit_opens_the_file_editor_with_the_result(client, workspace, harness, members, finished_run):
+    diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
+                                         run=finished_run, created_by="t")
+    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    proposal = diagnosis.proposals.filter(valid=True).first()
+    client.force_login(members["operator"])
+    response = client.post(f"/w/acme/evolution/proposals/{proposal.pk}/edit/")
+    assert response.status_code == 302 and response.url.endswith(f"edit/?path={proposal.target.replace('/', '%2F')}")
+    from harness.models import Draft
+
+    draft = Draft.objects.get(harness=harness, author=members["operator"])
+    assert draft.files[proposal.target] != harness.head.files[proposal.target]
+    assert Proposal.objects.get(pk=proposal.pk).status == "edited"
+    editor = client.get(response.url)
+    assert editor.status_code == 200
