@@ -204,3 +204,25 @@ def test_edit_opens_the_file_editor_with_the_result(client, workspace, harness, 
     assert Proposal.objects.get(pk=proposal.pk).status == "edited"
     editor = client.get(response.url)
     assert editor.status_code == 200
+
+
+def test_conflicting_accepted_edits_are_flagged_not_merged_blindly(workspace, harness, members, finished_run):
+    from evaluation.evolution.patches import make_diff
+
+    person = Actor.for_user(members["operator"])
+    diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
+                                         run=finished_run, created_by="t", status="done")
+    files, path = dict(harness.head.files), "prompt/40-constraints.md"
+    old = "at most one emoji."
+    proposals = []
+    for n, new in enumerate(("no emoji at all.", "at most two emoji.")):
+        diff = make_diff(files, {**files, path: files[path].replace(old, new)})
+        proposals.append(Proposal.objects.create(
+            diagnosis=diagnosis, generator=f"rules:test{n}", hypothesis=f"edit {n}", diff=diff, target=path,
+            base_hash=harness.head.content_hash, fingerprint=f"f{n}", valid=True))
+        services.proposal_accept(actor=person, proposal=proposals[-1])
+    evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
+    assert "no emoji at all." in evolution_round.candidate.files[path]
+    second = Proposal.objects.get(pk=proposals[1].pk)
+    assert second.status == "conflict" and "does not apply" in second.reason
+    assert evolution_round.candidate.author_label == "ai:evolution (rules:test0)"
