@@ -5,5 +5,6 @@ The pure core (no Django; import-linter enforces it): `signatures` (deterministi
 (judge reasons the trace disproves), `stopping` (continue or stop, with the rule), `proposals` (the
 offline rule catalogue), `proposer` (the model-run proposer harness), `patches` (unified diffs),
 `validation` (checks before a proposal is shown) and `diagnosis` (all of it for one run).
-The Django app (label `evolution`): `models`, `services`, `selectors`, `tasks`, `api`, `views`.
+The Django app (label `evolution`): `models`, `services`, `selectors`, `tasks`, `schemas`, `api`; its pages
+are `console/views/evolution.py` with templates under `templates/evolution/`.
 """
