@@ -46,6 +46,12 @@ def review(diagnosis: Diagnosis) -> list[dict]:
     proposals: dict[int | None, list[Proposal]] = {}
     for proposal in diagnosis.proposals.all().order_by("-valid", "id"):
         proposals.setdefault(proposal.cluster_id, []).append(proposal)
+    earlier = {}  # cluster_id → (diagnosis id, size) in the latest earlier diagnosis of the harness
+    for cluster_id, diagnosis_id, size in Cluster.objects.filter(
+            diagnosis__harness=diagnosis.harness, diagnosis__created_at__lt=diagnosis.created_at,
+            cluster_id__in=[c.cluster_id for c in clusters]).order_by("diagnosis__created_at", "diagnosis_id") \
+            .values_list("cluster_id", "diagnosis_id", "size"):
+        earlier[cluster_id] = (diagnosis_id, size)
     out = []
     for cluster in clusters:
         data = cluster.data
@@ -53,7 +59,7 @@ def review(diagnosis: Diagnosis) -> list[dict]:
                            [("nearest the centre", data.get("centre_case")), ("boundary", data.get("boundary_case")),
                             *[("passing, same skill", cid) for cid in data.get("passing_cases", [])]]]
         out.append({"cluster": cluster, "representatives": [(role, r) for role, r in representatives if r],
-                    "proposals": proposals.get(cluster.pk, [])})
+                    "proposals": proposals.get(cluster.pk, []), "earlier": earlier.get(cluster.cluster_id)})
     return out
 
 

@@ -96,6 +96,8 @@ def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, m
     assert set(again.clusters.values_list("cluster_id", flat=True)) == set(
         diagnosis.clusters.values_list("cluster_id", flat=True))
     assert again.config["rejections_read"] == 1
+    trend = client.get(f"/w/acme/evolution/diagnoses/{again.pk}/").content.decode()
+    assert f"in <a href=\"/w/acme/evolution/diagnoses/{diagnosis.pk}/\">diagnosis #{diagnosis.pk}</a>" in trend
 
 
 def test_refusals_leave_nothing_half_written(workspace, harness, members, finished_run):
