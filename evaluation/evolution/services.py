@@ -58,7 +58,9 @@ def diagnosis_request(*, actor: Actor, run: EvalRun) -> Diagnosis:
 def case_records(run: EvalRun) -> list[CaseRecord]:
     """The run's results as the pure core reads them."""
     records = []
-    for result in EvalResult.objects.filter(run=run).select_related("case").order_by("id"):
+    # An abstention is the judge's "don't know", not a harness failure: it is left out (and counted apart).
+    for result in EvalResult.objects.filter(run=run, accuracy__isnull=False, effectiveness__isnull=False) \
+            .select_related("case").order_by("id"):
         data = result.case.data or {}
         dialogue = tuple(str(turn.get("text", "")) for turn in data.get("dialogue") or () if isinstance(turn, dict))
         records.append(CaseRecord(
@@ -102,7 +104,8 @@ def category_calibration(run: EvalRun) -> dict[str, float]:
     judge_versions = set(run.results.values_list("judge_version", flat=True).distinct())
     pairs: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
     annotated = (EvalResult.objects.filter(run__workspace=run.workspace, judge_version__in=judge_versions,
-                                           annotations__isnull=False).distinct().prefetch_related("annotations"))
+                                           annotations__isnull=False, accuracy__isnull=False)
+                 .distinct().prefetch_related("annotations"))
     for result in annotated:
         values = [float(a.accuracy) for a in result.annotations.all()]
         human = max(sorted(set(values)), key=values.count)
@@ -160,7 +163,8 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
                         "calibration": calibration},
                 summary={"total": clustering.total, "failures": clustering.failures, "noise": list(clustering.noise),
                          "groups": [{"key": key, "case_ids": list(ids)} for key, ids in clustering.groups],
-                         "proposals": len(proposals), "valid": sum(p.valid for p in proposals)})
+                         "proposals": len(proposals), "valid": sum(p.valid for p in proposals),
+                         "abstained": EvalResult.objects.filter(run=diagnosis.run, accuracy__isnull=True).count()})
     except Exception as exc:
         log.exception("diagnosis %s failed", diagnosis_id)
         Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.FAILED, error=str(exc)[:2000],
@@ -339,9 +343,9 @@ def attribute(diagnosis: Diagnosis, baseline: EvalRun, candidate: EvalRun) -> di
     A fixed case counts for the edit whose cluster held it; a regressed case (passing before, failing now)
     counts for the edits whose target file is the skill the case expects, else it stays unattributed.
     """
-    def outcomes(run):
-        return {cid: (acc, eff) for cid, acc, eff in run.results.values_list("case__case_id", "accuracy",
-                                                                               "effectiveness")}
+    def outcomes(run):  # abstentions say neither "fixed" nor "broke"
+        return {cid: (acc, eff) for cid, acc, eff in run.results.filter(accuracy__isnull=False, effectiveness__isnull=False)
+                .values_list("case__case_id", "accuracy", "effectiveness")}
 
     before, after = outcomes(baseline), outcomes(candidate)
     passed = {cid for cid, (acc, eff) in after.items() if acc >= 1 and eff >= 1}
