@@ -39,6 +39,17 @@ class CaseOutcome:
     reasons: tuple[str, ...] = ()
 
 
+ERRORED = "errored"
+
+
+def errored_outcome(exc: BaseException) -> CaseOutcome:
+    """A case whose evaluation raised (a judge bug, a malformed case): recorded as a failed case with the
+    error, so one bad case neither fails the whole run nor counts as a success."""
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    return CaseOutcome(accuracy=0.0, effectiveness=0.0, judge_version=ERRORED, outcome=ERRORED, latency_ms=0.0,
+                       reply="", trace={"error": error}, reasons=(f"evaluation error: {error}",))
+
+
 def case_seed(case_id: str) -> int:
     """A stable per-case seed, so a resumed run re-creates exactly the same augmentation."""
     return int.from_bytes(hashlib.sha256(case_id.encode()).digest()[:4], "big")

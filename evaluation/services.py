@@ -15,7 +15,7 @@ from console.access import WRITE, Actor, require
 from console.jobs import enqueue
 from console.models import Workspace
 from console.services import audit_record
-from evaluation.execution import SUITES, evaluate_case
+from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
 from evaluation.selectors import run_progress, summarise
@@ -247,7 +247,11 @@ def run_execute(*, run_id: int) -> str:
     cancelled = cancel.is_set() or EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists()
     status = EvalRun.Status.CANCELLED if cancelled else EvalRun.Status.DONE
     results = list(EvalResult.objects.filter(run_id=run_id))
-    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now())
+    errored = [r for r in results if r.outcome == ERRORED]
+    note = (f"{len(errored)} of {len(results)} case(s) errored and count as failed; first: "
+            f"{errored[0].trace.get('error', '')}")[:2000] if errored else ""
+    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now(),
+                                             error=note)
     publish_progress_sync(run_id, run_progress(run_id))
     return status
 
@@ -263,6 +267,9 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
             backend = backend_for(run.backend)
             try:
                 outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge)
+            except Exception as exc:  # this case is recorded as errored; the others go on
+                log.warning("eval run %s: case %s errored", run.pk, case.pk, exc_info=True)
+                outcome = errored_outcome(exc)
             finally:
                 close = getattr(backend, "aclose", None)
                 if close is not None:

@@ -70,3 +70,32 @@ def test_browser_launches_a_run_and_watches_progress(page, workspace, harness, m
         stop(worker)
         stop(daphne)
 
+
+
+def test_a_run_longer_than_the_visibility_timeout_runs_once(workspace, harness, purge_queue_fixture, tmp_path):
+    """Two real workers, a 2 s visibility timeout and a ~6 s run: Redis hands the unacknowledged job to the idle
+    worker while the first still runs; the second delivery must step aside, not evaluate the run again."""
+    system = Actor.system("test")
+    version = services.eval_set_generate(actor=system, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=11, n=12)
+    run = services.run_create(actor=system, workspace=workspace, set_version=version, harness=harness,
+                              version=harness.head, backend="scripted", concurrency=1, start=False)
+    slow = {"HARNESSOPS_SCRIPTED_DELAY_S": "0.5", "HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S": "2"}
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = start_worker(log_file=logs[0], **slow)
+    second = None
+    try:
+        execute_run.apply_async(args=[run.pk], queue="cpu")
+        wait_for(lambda: EvalResult.objects.filter(run=run).exists(), 60, "the first worker to start the run")
+        second = start_worker(log_file=logs[1], **slow)
+        wait_for(lambda: EvalRun.objects.get(pk=run.pk).status == "done", 120, "the run to finish")
+        # The second worker took the handed-back job, saw the run was held, and stepped aside.
+        wait_for(lambda: "already running" in logs[1].read_text(), 30, "the second delivery to step aside")
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    text = logs[0].read_text() + logs[1].read_text()
+    assert text.count("'done'") == 1  # one execution finished the run; no second evaluation of it
+    results = EvalResult.objects.filter(run=run)
+    assert results.count() == 12 == len(set(results.values_list("case_id", flat=True)))
