@@ -129,7 +129,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # a busy one, so a job running longer is handed back too: long jobs (eval runs, up to their 6 h time limit)
 # hold a single-flight lock (console/jobs.py) and a second delivery steps aside. Short acks_late tasks
 # (judge_live_trace, 300 s) must stay under this timeout.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env("HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S", 3600, cast=int)}
+# Idle workers look for handed-back jobs every HARNESSOPS_BROKER_RESTORE_INTERVAL_S (kombu's default
+# sweep is ten times its interval, ~100 s; throttle 1 makes the interval the period).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env("HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S", 3600, cast=int),
+    "unacked_restore_interval": env("HARNESSOPS_BROKER_RESTORE_INTERVAL_S", 60, cast=int),
+    "unacked_restore_throttle": 1,
+}
 
 # Cache: per-key rate limits. Redis when available, so limits hold across processes.
 if REDIS_URL:
