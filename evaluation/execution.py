@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.runtime import RoomContext, TurnInput, run_turn
+from harness.runtime import HttpPolicy, RoomContext, TurnInput, run_turn
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
 from serving.backends import ModelBackend
@@ -56,7 +56,8 @@ def case_seed(case_id: str) -> int:
 
 
 async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpec, backend: ModelBackend,
-                        judge: Callable[[Case, dict], Any]) -> CaseOutcome:
+                        judge: Callable[[Case, dict], Any], http_policy: HttpPolicy | None = None) -> CaseOutcome:
+    """`http_policy`: where the spec's HTTP tools may connect (the workspace's host allowlist)."""
     if suite == "ifeval":
         return await _evaluate_ifeval(data, backend)
     from harness.simulator import SandboxTools
@@ -72,7 +73,7 @@ async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpe
     sandbox = SandboxTools(dict(case.room), forced_faults=dict(case.faults) if suite == "robustness" else None,
                            seed=case_seed(case.case_id))
     turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=room, recent_dialogue=case.dialogue)
-    result = await run_turn(spec, turn, backend, sandbox.registry(), arm=f"eval:{suite}")
+    result = await run_turn(spec, turn, backend, sandbox.registry(http_policy=http_policy), arm=f"eval:{suite}")
     verdict = judge(case, result.trace)
     if inspect.isawaitable(verdict):  # model judges (the harness judge) are async
         verdict = await verdict

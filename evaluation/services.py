@@ -21,6 +21,7 @@ from evaluation.progress import publish_progress_sync
 from evaluation.selectors import run_progress, summarise
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
+from harness.runtime import HttpPolicy
 from harness.simulator.cases import Case
 from serving.model_config import backend_for
 
@@ -208,12 +209,13 @@ def run_execute(*, run_id: int) -> str:
     spec = harness_selectors.version_spec(run.harness_version)
     judge = resolve_judge(run.judge, run.backend)
     suite = run.set_version.eval_set.suite
+    http_policy = HttpPolicy(allowed_hosts=tuple(run.workspace.tool_hosts or ()))  # as for live replies
     outcomes: queue.Queue = queue.Queue()
     cancel = threading.Event()
 
     def evaluate_all() -> None:
         try:
-            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel))
+            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel, http_policy))
         except BaseException as exc:  # handed to the calling thread, which records the failure
             outcomes.put(exc)
         finally:
@@ -256,7 +258,8 @@ def run_execute(*, run_id: int) -> str:
     return status
 
 
-async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel) -> None:
+async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel,
+                        http_policy=None) -> None:
     """Evaluate `pending` with at most run.concurrency turns in flight; `emit((case, outcome))` each result."""
     semaphore = asyncio.Semaphore(run.concurrency)
 
@@ -266,7 +269,8 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
                 return
             backend = backend_for(run.backend)
             try:
-                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge)
+                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge,
+                                              http_policy=http_policy)
             except Exception as exc:  # this case is recorded as errored; the others go on
                 log.warning("eval run %s: case %s errored", run.pk, case.pk, exc_info=True)
                 outcome = errored_outcome(exc)
