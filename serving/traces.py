@@ -1,9 +1,9 @@
 """Persisting traces so that every trace id handed to a caller resolves.
 
 A trace is written in the request's unit of work, before the reply (and its
-`trace_id`) is returned: an INSERT costs about a millisecond next to a model
-turn of hundreds, and an in-memory queue would lose traces whose ids were
-already given out when the process dies. Several rows go in one bulk insert;
+`trace_id`) is returned: one INSERT and commit (benchmarks/trace_writes.py)
+next to a model turn of hundreds of milliseconds or more, where an in-memory
+queue would lose traces whose ids were already given out when the process dies. Several rows go in one bulk insert;
 if that fails, row by row, each in its own savepoint, so one bad row never
 takes the others with it. A row PostgreSQL still refuses is stored as a stub
 (its id, outcome and the storage error), so even its id resolves.
@@ -62,16 +62,17 @@ def traces_store(rows: list[Trace]) -> int:
     except DatabaseError:
         log.warning("bulk insert of %d traces failed; writing them one by one", len(rows), exc_info=True)
     stubs = 0
-    for row in rows:
-        row.pk = None
-        try:
-            with transaction.atomic():
-                row.save(force_insert=True)
-        except IntegrityError:
-            if not Trace.objects.filter(trace_id=row.trace_id).exists():  # a real constraint, not a re-insert
+    with transaction.atomic():  # one commit; each row in its own savepoint
+        for row in rows:
+            row.pk = None
+            try:
+                with transaction.atomic():
+                    row.save(force_insert=True)
+            except IntegrityError:
+                if not Trace.objects.filter(trace_id=row.trace_id).exists():  # a real constraint, not a re-insert
+                    stubs += _store_stub(row)
+            except DatabaseError:
                 stubs += _store_stub(row)
-        except DatabaseError:
-            stubs += _store_stub(row)
     return stubs
 
 

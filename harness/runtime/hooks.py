@@ -7,9 +7,9 @@ A condition that fails to evaluate (a CEL type error, say) never crashes a live
 turn and is always recorded with its error. Where it lands depends on what the
 event guards: on `input` and `pre_tool` (refusals, coupon caps) it fails closed,
 as if it had fired (the hook's own refusal, else `block`/`deny`), because a check
-that cannot run must not let the turn through; on `post_tool` and `reply` it
-does not fire (those outcomes are checked again downstream, and a broken reply
-rule would otherwise silence every turn).
+that cannot run must not let the turn through — except an `allow` rule, which
+then grants nothing and the later checks run; on `post_tool` and `reply` it
+does not fire (a broken reply rule would otherwise silence every turn).
 """
 
 from __future__ import annotations
@@ -172,7 +172,8 @@ class HookEngine:
             except Exception as exc:  # never crash the turn; the trace shows why
                 error = f"{type(exc).__name__}: {exc}"
                 refusals = FAIL_CLOSED.get(event)
-                if refusals is None:
+                # An `allow` rule that cannot run grants nothing: the later checks still run.
+                if refusals is None or hook.action == "allow":
                     outcome.decisions.append(HookDecision(hook.name, False, "", error=error))
                     continue
                 action = hook.action if hook.action in refusals else refusals[0]

@@ -443,6 +443,14 @@ def test_an_input_check_that_cannot_evaluate_fails_closed():
     result = run(fallback, ScriptedBackend([]))
     assert (result.outcome, result.reply) == ("fallback", "Host will answer.")
 
+    # A broken `allow` (bypass) rule grants nothing: the refusal after it still runs.
+    bypass = make_spec(hooks=[hook("vip", "input", Condition.cel("message > 3"), "allow", priority=1),
+                              hook("spam", "input", Condition.regex("message", "sweater"), "block")])
+    result = run(bypass, ScriptedBackend([]))
+    assert result.outcome == "silent" and result.trace["hooks_fired"] == ["spam"]
+    assert result.trace["hook_errors"][0] == {"hook": "vip", "event": "input", "error": result.trace["hook_errors"][0]["error"],
+                                              "failed_closed": False}
+
 
 def test_a_pre_tool_cap_that_cannot_evaluate_denies_the_call():
     ran = []
