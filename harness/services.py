@@ -205,6 +205,9 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
     if not name or slugify(name) != name or len(name) > LABEL_NAME_MAX:
         raise StoreError("Label names use lowercase letters, digits and hyphens.")
     with transaction.atomic():
+        # Lock the harness first: a label that does not exist yet has no row to lock, and two first
+        # promotions would both create it (one failing with an IntegrityError).
+        Harness.objects.select_for_update().filter(pk=harness.pk).first()
         label = Label.objects.select_for_update().filter(harness=harness, name=name).first()
         protected = label.protected if label else name in PROTECTED_LABELS
         require(actor, harness.workspace, APPROVE if protected else WRITE)
