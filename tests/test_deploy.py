@@ -203,7 +203,7 @@ def test_compose_web_healthcheck_passes_under_production_settings():
         test = COMPOSE["services"]["web"]["healthcheck"]["test"]
         assert test[0] == "CMD" and test[1] == "python"
         command = [sys.executable, *[a.replace("127.0.0.1:8000", base.removeprefix("http://")) for a in test[2:]]]
-        assert subprocess.run(command, capture_output=True, timeout=30).returncode == 0
-        assert httpx.get(f"{base}/accounts/login/").status_code == 400  # the server really is in production mode
+        assert subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+        assert httpx.get(f"{base}/accounts/login/", timeout=60).status_code == 400  # the server really is in production mode
     finally:
         stop(daphne)
