@@ -12,9 +12,12 @@ with `loss_type="grpo"` (one length-normalised ratio per sequence); `scale_rewar
 What TRL does not do, `HarnessGRPOTrainer` adds:
 
 - Zero-spread groups carry no gradient. A group whose every reward is identical across its
-  rollouts has nothing to compare; TRL keeps it, and with GDPO's batch re-centring it would even get
-  a non-zero advantage (-mean/std of the batch). The subclass zeroes the loss mask (`tool_mask`) of
-  those rows and logs `frac_dropped_zero_spread`.
+  rollouts has nothing to compare. TRL gives it a zero advantage (when its rows are scorable) but
+  keeps the rows: they still count in the loss's mean over sequences, diluting the live groups'
+  gradient, and still receive the KL and entropy terms (trl#3708). The subclass zeroes those rows'
+  loss mask (`tool_mask`), takes the per-sequence mean over the rows that still have a trainable
+  token (`alive_mean_scale`), and logs `frac_dropped_zero_spread`. The batch keeps its shape (TRL
+  splits it into micro-batches of fixed size); no group is resampled to refill it.
 - Segments. TRL computes one advantage per completion. The report treats tool-call and reply
   segments as independent advantage groups; TRL's loss accepts per-token advantages of shape (B, T)
   (`_compute_loss` only unsqueezes 1-D ones), so with `segment_advantages` the subclass computes two
@@ -80,6 +83,13 @@ def gdpo_advantages(rewards: torch.Tensor, weights: torch.Tensor, num_generation
     return torch.nan_to_num(centred, nan=0.0)
 
 
+def alive_mean_scale(completion_mask: torch.Tensor, loss_mask: torch.Tensor) -> float:
+    """Factor turning TRL's mean over all B sequences into a mean over the sequences with a trainable
+    token (0 when there is none: then the micro-batch carries no gradient at all)."""
+    alive = int(((completion_mask * loss_mask).sum(-1) > 0).sum())
+    return completion_mask.shape[0] / alive if alive else 0.0
+
+
 class HarnessGRPOTrainer(GRPOTrainer):
     """GRPOTrainer + zero-spread groups dropped + per-segment advantages (module docstring)."""
 
@@ -118,6 +128,12 @@ class HarnessGRPOTrainer(GRPOTrainer):
             output["tool_mask"] = mask
             self._metrics[mode]["frac_dropped_zero_spread"].append(dead_all.float().mean().item())
         return output
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        if self.drop_zero_spread and self.loss_type in ("grpo", "sapo") and "tool_mask" in inputs:
+            loss = loss * alive_mean_scale(inputs["completion_mask"], inputs["tool_mask"])
+        return loss
 
     def _segment_advantages(self, generations: int, rows: slice, length: int) -> torch.Tensor:
         rewards = self._last_rewards
