@@ -61,7 +61,9 @@ def test_chained_stages_train_and_report(tmp_path, monkeypatch):
     for result in results:
         assert (tmp_path / result.path).exists() and (tmp_path / result.path / "config.json").is_file()
         assert result.data_lineage["checked_disjoint"] and result.resolved_config["stage"]["kind"] == result.stage
-    assert len(results[0].harness_hashes) == 2  # the original harness and its HSA variant
+    # the original harness and the HSA variants (one per case) the kept trajectories ran under
+    assert results[0].harness_hashes[0] != results[0].harness_hashes[1]
+    assert PipelineConfig.from_dict(config(SFT).to_dict()).harnesses[0].spec().content_hash in results[0].harness_hashes
     for stage in ("sft", "opd"):
         losses = reporter.values(stage, "loss")
         assert len(losses) == 2 and all(math.isfinite(v) for v in losses) and losses[0] != losses[1]
