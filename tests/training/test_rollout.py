@@ -66,3 +66,34 @@ def mini_tools(spec):
     from harness.spec import openai_tools
 
     return openai_tools(spec)
+
+
+def test_rollout_func_runs_episodes_with_injected_faults(mini_spec, mini_cases):
+    from training.rollout import HarnessRollout, prompt_key
+
+    tokenizer = load_tokenizer(TINY)
+    case = next(c for c in mini_cases if c.expected.tools)
+    link = case.expected.tools[0].arguments["link_id"]
+    call = (f'<tool_call>\n{{"name": "get_product_info_by_link_id", "arguments": {{"link_id": "{link}"}}}}\n'
+            f'</tool_call><|im_end|>')
+    episode = Episode(case=case, spec=mini_spec, fault_rates={"permission": 1.0}, seed=3)
+    skill = '<tool_call>\n{"name": "load_skill", "arguments": {"name": "product-qa"}}\n</tool_call><|im_end|>'
+    model = ScriptedPolicy(tokenizer, [call, skill, "Sorry, I can't check that right now.<|im_end|>"] * 2)
+    trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    rollout = HarnessRollout({prompt_key(episode.prompt()): episode}, tokenizer, max_new_tokens=64, temperature=1.0,
+                             max_completion_length=2048, deadline_s=60)
+    out = rollout([episode.prompt(), episode.prompt()], trainer)  # two rollouts of one group
+    assert {k: len(v) for k, v in out.items()} == {k: 2 for k in out}
+    for trace, ids, mask in zip(out["trace"], out["completion_ids"], out["env_mask"], strict=True):
+        errors = [s.get("error", "") for s in trace["steps"] if s["kind"] == "tool"]
+        assert errors and errors[0].startswith("permission denied")  # the injected fault reached the model
+        assert len(ids) == len(mask) and 0 in mask and 1 in mask
+        assert trace["outcome"] == "replied"
+    assert not model.texts  # each rollout ran its own whole turn
+    assert json.loads(out["case"][0])["case_id"] == case.case_id
+    try:
+        rollout([[{"role": "user", "content": "not an episode"}]], trainer)
+    except KeyError as error:
+        assert "no HSA-RL episode" in str(error)
+    else:
+        raise AssertionError("an unknown prompt must not be rolled out")
