@@ -4,6 +4,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from console.access import ADMIN, Actor, require
+from console.identifiers import check_identifier
 from console.models import AuditEvent, Membership, Role, Workspace
 
 
@@ -36,6 +37,7 @@ def audit_record(
 
 @transaction.atomic
 def workspace_create(*, actor: Actor, slug: str, name: str, owner=None) -> Workspace:
+    check_identifier(slug, field="workspace slug")
     workspace = Workspace.objects.create(slug=slug, name=name)
     audit_record(actor=actor, workspace=workspace, action="workspace.create", target_type="workspace",
                  target_id=workspace.pk, target_label=slug, after={"slug": slug, "name": name})

@@ -1,9 +1,12 @@
 """Platform API for the harness registry: read versions and labels, commit, move labels."""
 
+from typing import Annotated
+
 from django.db.models import Prefetch
-from ninja import Router, Status
+from ninja import Path, Router, Status
 
 from console.access import READ, require
+from console.identifiers import IDENTIFIER_MAX, IDENTIFIER_PATTERN
 from harness import selectors, services
 from harness.models import Harness, HarnessVersion, Label
 from harness.schemas import (
@@ -93,8 +96,12 @@ def commit_version(request, name: str, payload: CommitIn):
     return Status(201 if result.created else 200, {"created": result.created, "version": _version_out(result.version)})
 
 
+# A label is created on first move, so its name is checked here like every identifier (422 naming `label`).
+LabelName = Annotated[str, Path(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN)]
+
+
 @router.put("/harnesses/{name}/labels/{label}", response=LabelMoveOut)
-def move_label(request, name: str, label: str, payload: LabelMoveIn):
+def move_label(request, name: str, label: LabelName, payload: LabelMoveIn):
     """Point a label at a version (write scope; approve scope for protected labels such as production)."""
     harness = _harness(request, name)
     version = selectors.version_get(harness, payload.version)

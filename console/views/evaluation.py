@@ -11,9 +11,10 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.access import WRITE
+from console.access import ADMIN, WRITE
 from console.views.scoping import workspace_view
 from evaluation import selectors
+from evaluation import services as evaluation_services
 from evaluation.execution import SUITES
 from evaluation.models import EvalResult
 from evaluation.services import (
@@ -34,6 +35,7 @@ MAX_UPLOAD = 20 * 1024 * 1024
 def evaluation_home(request):
     return render(request, "evaluation/home.html", {
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
+        "archived_sets": selectors.eval_sets(request.workspace, archived=True),
         "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
         "backends": available_backends(),
     })
@@ -59,6 +61,29 @@ def eval_set_create(request):
         messages.success(request, f"Created {version} with {version.case_count} cases.")
     except (EvalError, ValueError, UnicodeDecodeError) as exc:
         messages.error(request, f"No set created: {exc}")
+    return redirect("evaluation_home", ws=request.workspace.slug)
+
+
+@require_POST
+@workspace_view(WRITE)
+def eval_set_archive(request, name: str):
+    """Archive (or, with archived=0, restore) a set: it leaves the lists and the run form, its runs stay."""
+    eval_set = selectors.eval_set_get(request.workspace, name)
+    archive = request.POST.get("archived", "1") != "0"
+    evaluation_services.eval_set_archive(actor=request.actor, eval_set=eval_set, archived=archive)
+    messages.success(request, f"{'Archived' if archive else 'Restored'} eval set {eval_set.name}.")
+    return redirect("evaluation_home", ws=request.workspace.slug)
+
+
+@require_POST
+@workspace_view(ADMIN)
+def eval_set_delete(request, name: str):
+    eval_set = selectors.eval_set_get(request.workspace, name)
+    try:
+        evaluation_services.eval_set_delete(actor=request.actor, eval_set=eval_set)
+        messages.success(request, f"Deleted eval set {eval_set.name}.")
+    except EvalError as exc:
+        messages.error(request, f"Not deleted: {exc}")
     return redirect("evaluation_home", ws=request.workspace.slug)
 
 

@@ -27,6 +27,7 @@ CONSOLE = {
     "audit_log": ("GET", "read"),
     "harness_import": ("GET", "write"),
     "harness_detail": ("GET", "read"),
+    "harness_archive": ("POST", "write"),
     "version_detail": ("GET", "read"),
     "version_export": ("GET", "read"),
     "version_diff": ("GET", "read"),
@@ -46,6 +47,8 @@ CONSOLE = {
     "evaluation_home": ("GET", "read"),
     "eval_set_create": ("POST", "write"),
     "eval_set_detail": ("GET", "read"),
+    "eval_set_archive": ("POST", "write"),
+    "eval_set_delete": ("POST", "admin"),
     "eval_run_create": ("POST", "write"),
     "eval_run_detail": ("GET", "read"),
     "eval_run_cancel": ("POST", "write"),
@@ -58,6 +61,8 @@ CONSOLE = {
     "experiment_new": ("POST", "write"),
     "experiment_detail": ("GET", "read"),
     "experiment_action": ("POST", "write"),
+    "experiment_archive": ("POST", "write"),
+    "experiment_delete": ("POST", "admin"),
 }
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
