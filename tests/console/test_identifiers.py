@@ -244,3 +244,17 @@ def test_evidence_is_archived_not_deleted(client, members, workspace, harness):
     home = client.get("/w/acme/eval/").content.decode()
     assert 'value="used@v1"' not in home and "Archived sets (1)" in home
     assert EvalRun.objects.filter(set_version=version).exists()
+
+
+def test_operator_archives_and_restores_an_experiment(client, members, harness):
+    experiment = Experiment.objects.create(workspace=harness.workspace, key="old-test", seed="s", harness=harness,
+                                           created_by="t", status="stopped")
+    client.force_login(members["operator"])
+    assert client.post("/w/acme/experiments/old-test/archive/").status_code == 302
+    assert list(client.get("/w/acme/experiments/").context["experiments"]) == []
+    assert list(client.get("/w/acme/experiments/?archived=1").context["experiments"]) == [experiment]
+    assert client.post("/w/acme/experiments/old-test/delete/").status_code == 403  # deleting is for admins
+    assert client.post("/w/acme/experiments/old-test/archive/", {"archived": "0"}).status_code == 302
+    assert Experiment.objects.get(pk=experiment.pk).archived_at is None
+    assert list(AuditEvent.objects.filter(target_type="experiment").values_list("action", flat=True)) == [
+        "experiment.unarchive", "experiment.archive"]
