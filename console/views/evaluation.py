@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from console.access import ADMIN, WRITE
@@ -93,7 +94,8 @@ def eval_set_detail(request, name: str, number: int):
     if request.GET.get("format") == "jsonl":
         body = "".join(json.dumps(c.data, ensure_ascii=False) + "\n" for c in version.cases.all())
         response = HttpResponse(body, content_type="application/x-ndjson")
-        response["Content-Disposition"] = f'attachment; filename="{name}-v{number}.jsonl"'
+        # slugify: a name stored before names were validated must not break (or inject into) the header.
+        response["Content-Disposition"] = f'attachment; filename="{slugify(name) or "eval-set"}-v{number}.jsonl"'
         return response
     cases = version.cases.all()
     if request.GET.get("category"):

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from console.access import WRITE
@@ -96,7 +97,8 @@ def version_export(request, name: str, number: int):
         for path, text in sorted(version.files.items()):
             archive.writestr(path, text)
     response = HttpResponse(buffer.getvalue(), content_type="application/zip")
-    response["Content-Disposition"] = f'attachment; filename="{harness.name}-v{version.number}.zip"'
+    # slugify: a name stored before names were validated must not break (or inject into) the header.
+    response["Content-Disposition"] = f'attachment; filename="{slugify(harness.name) or "harness"}-v{version.number}.zip"'
     return response
 
 

@@ -195,6 +195,11 @@ def test_pages_with_legacy_names_answer_200_escaped(client, members, legacy):
         assert response.status_code == 200, url
         assert b"<b>x</b>" not in response.content and b"<b>arm</b>" not in response.content, url
     assert "&lt;b&gt;x&lt;/b&gt; ü/1" in client.get("/w/acme/").content.decode()
+    # Downloads name their file from a slug of the stored name, never the raw text.
+    download = client.get(reverse("eval_set_detail", kwargs={"ws": "acme", "name": LEGACY, "number": 1}) + "?format=jsonl")
+    assert download.status_code == 200 and download["Content-Disposition"] == 'attachment; filename="bxb-u1-v1.jsonl"'
+    export = client.get(reverse("version_export", kwargs={"ws": "acme", "name": LEGACY, "number": 1}))
+    assert export.status_code == 200 and 'filename="bxb-u1-v1.zip"' in export["Content-Disposition"]
 
 
 def test_legacy_rows_can_be_archived_and_deleted_with_audit(client, members, legacy):
