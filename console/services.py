@@ -1,5 +1,8 @@
 """Writes for workspaces, memberships and the audit log."""
 
+import ipaddress
+import re
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -55,6 +58,10 @@ class MembershipError(ValueError):
 @transaction.atomic
 def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: str | None) -> Membership | None:
     """Add, change or (role=None) remove a member; the last admin cannot be removed or demoted."""
+    # Membership changes of one workspace take turns (the workspace row is the lock), and the actor's own
+    # role is checked after the wait: two admins demoting each other at once would otherwise each count
+    # the other and leave the workspace with none.
+    Workspace.objects.select_for_update().filter(pk=workspace.pk).first()
     require(actor, workspace, ADMIN)
     if role is not None and role not in Role.values:
         raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
@@ -83,3 +90,40 @@ def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: s
                  target_type="membership", target_id=user.pk, target_label=username,
                  before=before, after={"role": role} if role else None)
     return result
+
+
+class ToolHostsError(ValueError):
+    pass
+
+
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+MAX_TOOL_HOSTS = 50
+
+
+@transaction.atomic
+def workspace_tool_hosts_set(*, actor: Actor, workspace: Workspace, hosts: list[str]) -> Workspace:
+    """Replace the workspace's HTTP tool allowlist (host names or IP networks), audited."""
+    require(actor, workspace, ADMIN)
+    cleaned: list[str] = []
+    for raw in hosts:
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        try:
+            entry = str(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            if not _HOST_NAME.match(entry):
+                raise ToolHostsError(f"{raw.strip()[:80]!r} is neither a host name nor an IP network "
+                                     "(e.g. api.shop.example, 10.0.0.0/8).") from None
+        if entry not in cleaned:
+            cleaned.append(entry)
+    if len(cleaned) > MAX_TOOL_HOSTS:
+        raise ToolHostsError(f"At most {MAX_TOOL_HOSTS} hosts.")
+    locked = Workspace.objects.select_for_update().get(pk=workspace.pk)
+    before = list(locked.tool_hosts)
+    locked.tool_hosts = cleaned
+    locked.save(update_fields=["tool_hosts"])
+    audit_record(actor=actor, workspace=locked, action="workspace.tool_hosts", target_type="workspace",
+                 target_id=locked.pk, target_label=locked.slug, before={"hosts": before}, after={"hosts": cleaned})
+    workspace.tool_hosts = cleaned
+    return workspace

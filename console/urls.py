@@ -27,6 +27,7 @@ urlpatterns = [
     path(ws + "members/set/", workspace.member_set, name="member_set"),
     path(ws + "keys/", workspace.key_list, name="key_list"),
     path(ws + "keys/<int:key_id>/revoke/", workspace.key_revoke, name="key_revoke"),
+    path(ws + "keys/tool-hosts/", workspace.tool_hosts_set, name="tool_hosts_set"),
     path(ws + "audit/", workspace.audit_log, name="audit_log"),
     path(ws + "harnesses/import/", harness.harness_import, name="harness_import"),
     path(ws + "playground/", serving.playground, name="playground"),

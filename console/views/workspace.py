@@ -4,12 +4,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
 from console.access import ADMIN, API_KEY_SCOPES
 from console.models import Role
 from console.selectors import audit_events, members, workspaces_for_user
-from console.services import MembershipError, membership_set
+from console.services import MembershipError, ToolHostsError, membership_set, workspace_tool_hosts_set
 from console.views.scoping import workspace_view
 from serving.models import ApiKey
 from serving.services import ApiKeyError, api_key_create, api_key_revoke
@@ -43,17 +44,39 @@ def member_set(request):
     return redirect("member_list", ws=request.workspace.slug)
 
 
+NEW_TOKEN_SESSION_KEY = "new_api_key_token"
+
+
 @workspace_view(ADMIN)
 def key_list(request):
-    new_token = None
+    """POST creates a key and redirects (a refresh cannot create another); the next GET shows its token once."""
     if request.method == "POST":
         try:
-            _, new_token = api_key_create(actor=request.actor, workspace=request.workspace,
-                                          name=request.POST.get("name", ""), scopes=request.POST.getlist("scopes"))
+            _, token = api_key_create(actor=request.actor, workspace=request.workspace,
+                                      name=request.POST.get("name", ""), scopes=request.POST.getlist("scopes"))
+            request.session[NEW_TOKEN_SESSION_KEY] = {"workspace": request.workspace.pk, "token": token}
         except ApiKeyError as exc:
             messages.error(request, str(exc))
+        return redirect("key_list", ws=request.workspace.slug)
+    pending = request.session.pop(NEW_TOKEN_SESSION_KEY, None)
+    new_token = pending["token"] if pending and pending.get("workspace") == request.workspace.pk else None
     keys = ApiKey.objects.filter(workspace=request.workspace).order_by("-created_at")
-    return render(request, "console/keys.html", {"keys": keys, "scopes": API_KEY_SCOPES, "new_token": new_token})
+    response = render(request, "console/keys.html", {"keys": keys, "scopes": API_KEY_SCOPES, "new_token": new_token,
+                                                     "tool_hosts": "\n".join(request.workspace.tool_hosts)})
+    add_never_cache_headers(response)  # the page may carry a secret: never from a cache or the back button
+    return response
+
+
+@require_POST
+@workspace_view(ADMIN)
+def tool_hosts_set(request):
+    try:
+        workspace_tool_hosts_set(actor=request.actor, workspace=request.workspace,
+                                 hosts=request.POST.get("hosts", "").splitlines())
+        messages.success(request, "HTTP tool hosts updated.")
+    except ToolHostsError as exc:
+        messages.error(request, str(exc))
+    return redirect("key_list", ws=request.workspace.slug)
 
 
 @require_POST

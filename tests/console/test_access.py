@@ -24,6 +24,7 @@ CONSOLE = {
     "member_set": ("POST", "admin"),
     "key_list": ("GET", "admin"),
     "key_revoke": ("POST", "admin"),
+    "tool_hosts_set": ("POST", "admin"),
     "audit_log": ("GET", "read"),
     "harness_import": ("GET", "write"),
     "harness_detail": ("GET", "read"),

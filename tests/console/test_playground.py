@@ -14,7 +14,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def setup(client, members, workspace, harness, settings):
     settings.MODEL_BACKEND = "scripted"
-    settings.TRACE_WRITES = "sync"
     harness_services.label_move(actor=Actor.system("t"), harness=harness, name="production",
                                 version=harness.head, reason="go")
     room_upsert(workspace=workspace, context=ROOM, harness=harness)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('console', '0001_initial'),
+        ('console', '0002_workspace_tool_hosts'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('evaluation', '0002_runcomparison'),
+        ('evaluation', '0003_judge_abstention_models_and_gate_verdict'),
     ]
 
     operations = [
