@@ -1,8 +1,8 @@
 """The one rule for names that reach URLs and templates (CONVENTIONS #17).
 
 Harness, eval set, experiment, arm, label, room, API key and workspace names are
-identifiers: 1–64 characters of lowercase letters, digits, hyphens and
-underscores, starting with a letter or digit. Every entry point (console forms,
+identifiers: 1–64 characters of lowercase letters and digits, in words joined by
+single hyphens or underscores (`lsqa-smoke`, `product_qa`, `v2`). Every entry point (console forms,
 the API, CLI and file imports) checks them with `check_identifier`; model fields
 carry `validate_identifier`, and API schemas use the `Identifier` type, so the
 same rule and the same message apply everywhere.
@@ -19,9 +19,9 @@ from django.core.exceptions import ValidationError
 from pydantic import StringConstraints
 
 IDENTIFIER_MAX = 64
-IDENTIFIER_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+IDENTIFIER_PATTERN = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 _IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
-RULE = "lowercase letters, digits, hyphens and underscores, starting with a letter or digit"
+RULE = "lowercase letters and digits, in words joined by single hyphens or underscores"
 
 
 class InvalidIdentifier(ValueError):

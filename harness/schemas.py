@@ -5,6 +5,14 @@ from datetime import datetime
 from ninja import Schema
 from pydantic import Field
 
+from console.identifiers import IDENTIFIER_MAX, IDENTIFIER_PATTERN
+
+VERSION_MAX = 2**31 - 1  # version numbers are PositiveIntegerField
+NOT_BLANK = r"\S"  # some non-space character (services strip and refuse blank text)
+# Label names are identifiers: the one rule harness.services.label_move applies (console/identifiers.py).
+LABEL_PATTERN = IDENTIFIER_PATTERN
+LABEL_MAX = IDENTIFIER_MAX
+
 
 class LabelOut(Schema):
     name: str
@@ -36,8 +44,8 @@ class VersionDetailOut(VersionOut):
 
 
 class CommitIn(Schema):
-    base_version: int | None = Field(description="The version your files are based on; the commit is refused if it is no longer the head.")
-    message: str = Field(max_length=500)
+    base_version: int | None = Field(ge=1, le=VERSION_MAX, description="The version your files are based on; the commit is refused if it is no longer the head.")
+    message: str = Field(min_length=1, max_length=500, pattern=NOT_BLANK)
     files: dict[str, str] = Field(description="The harness as a directory: relative path → file text (docs/harness-format.md).")
 
 
@@ -47,8 +55,8 @@ class CommitOut(Schema):
 
 
 class LabelMoveIn(Schema):
-    version: int
-    reason: str = Field(max_length=500)
+    version: int = Field(ge=1, le=VERSION_MAX)
+    reason: str = Field(min_length=1, max_length=500, pattern=NOT_BLANK)
     override: bool = Field(default=False, description="Promote even if the regression gate failed (audited).")
 
 
@@ -75,7 +83,3 @@ class DiffOut(Schema):
     to_version: int
     changes: list[ModuleChangeOut]
 
-
-class ErrorOut(Schema):
-    detail: str
-    errors: list[dict] = []

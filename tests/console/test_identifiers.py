@@ -21,7 +21,7 @@ from console.identifiers import (
     validate_identifier,
 )
 from console.models import AuditEvent, Workspace
-from console.services import workspace_create
+from console.services import WorkspaceError, workspace_create
 from evaluation import services as eval_services
 from evaluation.models import EvalCase, EvalRun, EvalSet, EvalSetVersion
 from harness import services
@@ -33,7 +33,7 @@ from tests.conftest import DEMO_HARNESS
 
 pytestmark = pytest.mark.django_db
 
-BAD_NAMES = ["<b>x</b> ü", "has space", "Upper", "-leading-hyphen", "a/b", "dot.ted", "", "x" * (IDENTIFIER_MAX + 1),
+BAD_NAMES = ["<b>x</b> ü", "has space", "Upper", "-leading-hyphen", "trailing_", "double--hyphen", "a/b", "dot.ted", "", "x" * (IDENTIFIER_MAX + 1),
              "<script>alert(1)</script>"]
 GOOD_NAMES = ["avatar", "lsqa-smoke", "skills_vs_react", "v2", "0day", "x" * IDENTIFIER_MAX]
 SYSTEM = Actor.system("test")
@@ -101,7 +101,7 @@ def test_services_refuse_bad_names_and_write_nothing(workspace, harness, demo_fi
         api_key_create(actor=SYSTEM, workspace=workspace, name="Prod key <1>", scopes=["read"])
     with pytest.raises(InvalidIdentifier, match="room_id"):
         room_upsert(workspace=workspace, context={"room_id": "<svg onload=x>", "title": "t"})
-    with pytest.raises(InvalidIdentifier, match="workspace slug"):
+    with pytest.raises(WorkspaceError, match="workspace slug"):
         workspace_create(actor=SYSTEM, slug="Bad Slug", name="n")
     assert Harness.objects.count() == 1 and not Label.objects.exists() and not EvalSet.objects.exists()
     assert not Experiment.objects.exists() and not ApiKey.objects.exists() and not Room.objects.exists()
