@@ -37,7 +37,9 @@ def playground(request):
         if request.GET.get("harness") and request.GET.get("version", "").isdigit():
             context["choice"] = {**context["choice"], "harness": request.GET["harness"],
                                  "version": request.GET["version"]}
-            context["pinned"] = f"{request.GET['harness']} v{request.GET['version']}"
+            heads = {(h.name, str(h.head.number)) for h in harnesses if h.head}
+            if (request.GET["harness"], request.GET["version"]) not in heads:  # a head already has its option
+                context["pinned"] = f"{request.GET['harness']} v{request.GET['version']}"
         return render(request, "serving/playground.html", context)
 
     choice = {k: request.POST.get(k, "") for k in ("harness", "version", "backend", "room", "viewer_id")}

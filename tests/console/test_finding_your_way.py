@@ -26,7 +26,8 @@ def test_version_page_offers_its_next_actions(client, members, harness):
 
     # Each target honours the preselection it is handed.
     playground = client.get("/w/acme/playground/?harness=avatar&version=1").content.decode()
-    assert '<option value="1" selected>avatar v1</option>' in playground
+    assert re.search(r'<option value="1"\s+selected>avatar v1 \(head\)</option>', playground)
+    assert playground.count(">avatar v1") == 1
     evaluation = client.get("/w/acme/eval/?harness=avatar&version=1").content.decode()
     assert 'name="version" value="v1"' in evaluation and "<option selected>avatar</option>" in evaluation
     detail = client.get("/w/acme/harnesses/avatar/?version=1").content.decode()
