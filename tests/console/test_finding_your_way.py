@@ -75,3 +75,16 @@ def test_empty_workspace_says_what_to_do_first(client, members, workspace):
 def test_first_steps_leave_once_a_harness_exists(client, members, harness):
     client.force_login(members["operator"])
     assert 'id="first-steps"' not in client.get("/w/acme/").content.decode()
+
+
+def test_playground_preselects_an_older_version(client, members, actors, harness):
+    from harness import services
+
+    path = next(p for p in sorted(harness.head.files) if p.endswith("SKILL.md"))
+    files = {**harness.head.files, path: harness.head.files[path] + "- one more rule\n"}
+    services.version_commit(actor=actors["operator"], harness=harness, files=files, base_version=harness.head,
+                            message="v2")
+    client.force_login(members["operator"])
+    html = client.get("/w/acme/playground/?harness=avatar&version=1").content.decode()
+    assert '<option value="1" selected>avatar v1</option>' in html
+    assert re.search(r'<option value="2"\s+>avatar v2 \(head\)', html)
