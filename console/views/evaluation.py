@@ -141,7 +141,9 @@ def eval_run_detail(request, run_id: int):
     if failing:
         results = results.filter(accuracy__lt=1)
     page = Paginator(results, 50).get_page(request.GET.get("page"))
-    return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing,
+    # Other finished runs of the same set version: the only ones the compare page can pair with this one.
+    peers = selectors.runs(request.workspace).filter(status="done", set_version=run.set_version).exclude(pk=run.pk)
+    return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing, "peers": peers[:50],
                                                    "progress": selectors.run_progress(run.pk),
                                                    "replay": selectors.run_replay(run) if run.status == "done" else None})
 
@@ -246,8 +248,10 @@ def compare(request):
         if comparison is None:
             raise Http404("No such comparison.")
     done = selectors.runs(request.workspace).filter(status="done")
+    # "Compare with…" on a run page arrives with ?baseline=&candidate= to preselect the pair.
+    picked = {k: int(v) for k in ("baseline", "candidate") if (v := request.GET.get(k, "")).isdigit()}
     metrics = {k: v for k, v in comparison.metrics.items() if not k.startswith("_")} if comparison else {}
     return render(request, "evaluation/compare.html", {
-        "runs": done, "comparison": comparison, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
+        "runs": done, "comparison": comparison, "picked": picked, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
         "abstained": comparison.metrics.get("_abstained") if comparison else None,
         "history": RunComparison.objects.filter(workspace=request.workspace)[:20]})
