@@ -147,6 +147,11 @@ SCRIPTED_DELAY_S = env("HARNESSOPS_SCRIPTED_DELAY_S", 0.0, cast=float)  # emulat
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)
 REPLY_MAX_BODY_BYTES = env("HARNESSOPS_REPLY_MAX_BODY_BYTES", 256 * 1024, cast=int)
+# Judge models by name (OpenAI-compatible endpoints) the Agent-as-a-Judge votes with; JSON object
+# name → {base_url, model, api_key_env?, timeout_s?} (evaluation/judges/judge_models.py).
+JUDGE_MODELS: dict = json.loads(env("HARNESSOPS_JUDGE_MODELS", "{}"))
+# Which judge models a plain "harness" judge (and the live-traffic judge) votes with; empty: the run's backend.
+JUDGE_DEFAULT: list = env("HARNESSOPS_JUDGE_DEFAULT", [], cast=list)
 # Share of experiment replies scored by the live-traffic judge (the Agent-as-a-Judge), 0..1.
 LIVE_JUDGE_RATE = env("HARNESSOPS_LIVE_JUDGE_RATE", 0.1, cast=float)
 # Traces are written by a background thread in batches ("buffered") or inline ("sync").

@@ -28,8 +28,10 @@ SUITES = ("live_stream_qa", "harness_variant", "robustness", "ifeval")
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    accuracy: float
-    effectiveness: float
+    """One evaluated case. accuracy/effectiveness are None when the judge abstained (`abstained`)."""
+
+    accuracy: float | None
+    effectiveness: float | None
     judge_version: str
     outcome: str
     latency_ms: float
@@ -37,6 +39,9 @@ class CaseOutcome:
     trace: dict[str, Any]
     scores: dict[str, float] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    abstained: bool = False
+    judge_models: tuple[str, ...] = ()
+    judge_hash: str = ""
 
 
 def case_seed(case_id: str) -> int:
@@ -68,11 +73,19 @@ async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpe
     if suite == "robustness":
         from evaluation.metrics.robustness import robustness_scores
 
-        scores.update(robustness_scores(case, result.trace, spec))
-    scores.update(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness))
-    return CaseOutcome(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness),
+        scores.update(robustness_scores(case, result.trace, spec, accuracy=verdict.accuracy))
+        if verdict.abstained:  # no judge verdict, so nothing that rests on its accuracy either
+            scores.pop("correctness_under_fault", None)
+            if (case.meta.get("perturbation") or {}).get("kind") == "distractor":
+                scores.pop("perturbation_resisted", None)
+    if not verdict.abstained:
+        scores.update(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness))
+    return CaseOutcome(accuracy=None if verdict.abstained else float(verdict.accuracy),
+                       effectiveness=None if verdict.abstained else float(verdict.effectiveness),
                        judge_version=verdict.judge, outcome=result.outcome, latency_ms=result.latency_ms,
-                       reply=result.reply, trace=result.trace, scores=scores, reasons=tuple(verdict.reasons))
+                       reply=result.reply, trace=result.trace, scores=scores, reasons=tuple(verdict.reasons),
+                       abstained=verdict.abstained, judge_models=tuple(verdict.model_ids),
+                       judge_hash=verdict.judge_hash)
 
 
 async def _evaluate_ifeval(record: Mapping[str, Any], backend: ModelBackend) -> CaseOutcome:

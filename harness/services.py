@@ -208,10 +208,12 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
         label = Label.objects.select_for_update().filter(harness=harness, name=name).first()
         protected = label.protected if label else name in PROTECTED_LABELS
         require(actor, harness.workspace, APPROVE if protected else WRITE)
-        blocked = [why for check in _PROMOTION_CHECKS if protected for why in [check(harness, version)] if why]
+        # The first placement of a protected label has no baseline to compare against, so it is not gated.
+        gated = protected and label is not None
+        blocked = [why for check in _PROMOTION_CHECKS if gated for why in [check(harness, version)] if why]
         if blocked and not override:
-            raise StoreError(f"Promotion of v{version.number} to {name} is blocked: {'; '.join(blocked)} "
-                             "(an approver may override, with a reason).")
+            raise StoreError(f"Promotion of v{version.number} to {name} needs confirmation: {'; '.join(blocked)} "
+                             "(an approver may confirm the move anyway, with a reason; it is audited).")
         previous = label.version if label else None
         if label is None:
             label = Label.objects.create(harness=harness, name=name, version=version, protected=protected)
