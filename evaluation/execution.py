@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.runtime import RoomContext, TurnInput, run_turn
+from harness.runtime import HttpPolicy, RoomContext, TurnInput, run_turn
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
 from serving.backends import ModelBackend
@@ -44,13 +44,25 @@ class CaseOutcome:
     judge_hash: str = ""
 
 
+ERRORED = "errored"
+
+
+def errored_outcome(exc: BaseException) -> CaseOutcome:
+    """A case whose evaluation raised (a judge bug, a malformed case): recorded as a failed case with the
+    error, so one bad case neither fails the whole run nor counts as a success."""
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    return CaseOutcome(accuracy=0.0, effectiveness=0.0, judge_version=ERRORED, outcome=ERRORED, latency_ms=0.0,
+                       reply="", trace={"error": error}, reasons=(f"evaluation error: {error}",))
+
+
 def case_seed(case_id: str) -> int:
     """A stable per-case seed, so a resumed run re-creates exactly the same augmentation."""
     return int.from_bytes(hashlib.sha256(case_id.encode()).digest()[:4], "big")
 
 
 async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpec, backend: ModelBackend,
-                        judge: Callable[[Case, dict], Any]) -> CaseOutcome:
+                        judge: Callable[[Case, dict], Any], http_policy: HttpPolicy | None = None) -> CaseOutcome:
+    """`http_policy`: where the spec's HTTP tools may connect (the workspace's host allowlist)."""
     if suite == "ifeval":
         return await _evaluate_ifeval(data, backend)
     from harness.simulator import SandboxTools
@@ -66,7 +78,7 @@ async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpe
     sandbox = SandboxTools(dict(case.room), forced_faults=dict(case.faults) if suite == "robustness" else None,
                            seed=case_seed(case.case_id))
     turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=room, recent_dialogue=case.dialogue)
-    result = await run_turn(spec, turn, backend, sandbox.registry(), arm=f"eval:{suite}")
+    result = await run_turn(spec, turn, backend, sandbox.registry(http_policy=http_policy), arm=f"eval:{suite}")
     verdict = judge(case, result.trace)
     if inspect.isawaitable(verdict):  # model judges (the harness judge) are async
         verdict = await verdict

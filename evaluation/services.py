@@ -15,12 +15,13 @@ from console.access import WRITE, Actor, require
 from console.jobs import enqueue
 from console.models import Workspace
 from console.services import audit_record
-from evaluation.execution import SUITES, evaluate_case
+from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
 from evaluation.selectors import run_progress, summarise
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
+from harness.runtime import HttpPolicy
 from harness.simulator.cases import Case
 from serving.backends import backend_names
 from serving.model_config import backend_for
@@ -268,12 +269,13 @@ def run_execute(*, run_id: int) -> str:
     spec = harness_selectors.version_spec(run.harness_version)
     judge = resolve_judge(run.judge, run.backend)
     suite = run.set_version.eval_set.suite
+    http_policy = HttpPolicy(allowed_hosts=tuple(run.workspace.tool_hosts or ()))  # as for live replies
     outcomes: queue.Queue = queue.Queue()
     cancel = threading.Event()
 
     def evaluate_all() -> None:
         try:
-            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel))
+            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel, http_policy))
         except BaseException as exc:  # handed to the calling thread, which records the failure
             outcomes.put(exc)
         finally:
@@ -307,12 +309,17 @@ def run_execute(*, run_id: int) -> str:
     cancelled = cancel.is_set() or EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists()
     status = EvalRun.Status.CANCELLED if cancelled else EvalRun.Status.DONE
     results = list(EvalResult.objects.filter(run_id=run_id))
-    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now())
+    errored = [r for r in results if r.outcome == ERRORED]
+    note = (f"{len(errored)} of {len(results)} case(s) errored and count as failed; first: "
+            f"{errored[0].trace.get('error', '')}")[:2000] if errored else ""
+    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now(),
+                                             error=note)
     publish_progress_sync(run_id, run_progress(run_id))
     return status
 
 
-async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel) -> None:
+async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel,
+                        http_policy=None) -> None:
     """Evaluate `pending` with at most run.concurrency turns in flight; `emit((case, outcome))` each result."""
     semaphore = asyncio.Semaphore(run.concurrency)
 
@@ -322,7 +329,11 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
                 return
             backend = backend_for(run.backend)
             try:
-                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge)
+                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge,
+                                              http_policy=http_policy)
+            except Exception as exc:  # this case is recorded as errored; the others go on
+                log.warning("eval run %s: case %s errored", run.pk, case.pk, exc_info=True)
+                outcome = errored_outcome(exc)
             finally:
                 close = getattr(backend, "aclose", None)
                 if close is not None:
