@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ifeval", type=int, default=0, help="IFEval prompts (0: all)")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)
     parser.add_argument("--workdir", default="var/hat-experiment")
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                               rl_steps=args.steps, opd_steps=args.opd_steps, rl_cases=args.rl_cases,
                               sft_epochs=args.epochs, ifeval=args.ifeval, learning_rate=args.lr,
                               max_new_tokens=args.max_new_tokens, seed=args.seed, heldout_seed=args.heldout_seed,
-                              workdir=args.workdir)
+                              workdir=args.workdir, device=args.device)
     result = run_experiment(config, PrintReporter())
     result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}

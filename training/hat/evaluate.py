@@ -41,7 +41,7 @@ class GreedyBackend:
         self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
 
     def generate(self, prompt: str, max_new_tokens: int) -> str:
-        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.model.device)
         with torch.no_grad():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                       max_new_tokens=max_new_tokens, eos_token_id=self.end_id,
@@ -66,12 +66,14 @@ class TurnScore:
     reasons: tuple[str, ...]
 
 
-def load_for_eval(model_dir: str) -> tuple[Any, Any]:
+def load_for_eval(model_dir: str, *, device: str = "cpu") -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
-    from training.base_models import load_tokenizer
+    from training.base_models import load_tokenizer, resolve_device
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    device = resolve_device(device)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
     model.eval()
     return model, load_tokenizer(model_dir)
 

@@ -65,6 +65,7 @@ class ExperimentConfig:
     ifeval_new_tokens: int = 160
     eval_deadline_s: float = 600.0      # per turn; a CPU generates slowly, and a deadline is a failed answer
     finetune: str = "full"
+    device: str = "cpu"                 # cpu (fp32) or cuda: training (model.device) and eval alike
     workdir: str = "var/hat-experiment"
 
     @property
@@ -200,7 +201,7 @@ def _sft_stage(config: ExperimentConfig, rows: int) -> dict[str, Any]:
 
 def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any], workdir: Path
                      ) -> dict[str, dict[str, Any]]:
-    common = {"model": {"base": config.base, "finetune": config.finetune, "device": "cpu"},
+    common = {"model": {"base": config.base, "finetune": config.finetune, "device": config.device},
               "harnesses": [{"label": "compact@hat", "dir": str(COMPACT_HARNESS)}], "seed": config.seed}
     fixed = {**common,
              "data": {"simulator_cases": 0, "cases_jsonl": [_write_cases(workdir / "fixed-cases.jsonl",
@@ -235,7 +236,7 @@ def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str
         mean,
     )
 
-    model, tokenizer = load_for_eval(model_dir)
+    model, tokenizer = load_for_eval(model_dir, device=config.device)
     backend = GreedyBackend(model, tokenizer, max_new_tokens=config.max_new_tokens)
     fixed = judge_turns(backend, [(case, data.spec) for case in data.eval_cases], deadline_s=config.eval_deadline_s,
                         label=f"{label}:fixed")
