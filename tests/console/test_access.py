@@ -29,6 +29,7 @@ CONSOLE = {
     "audit_log": ("GET", "read"),
     "harness_import": ("GET", "write"),
     "harness_detail": ("GET", "read"),
+    "harness_archive": ("POST", "write"),
     "version_detail": ("GET", "read"),
     "version_export": ("GET", "read"),
     "version_diff": ("GET", "read"),
@@ -48,6 +49,8 @@ CONSOLE = {
     "evaluation_home": ("GET", "read"),
     "eval_set_create": ("POST", "write"),
     "eval_set_detail": ("GET", "read"),
+    "eval_set_archive": ("POST", "write"),
+    "eval_set_delete": ("POST", "admin"),
     "eval_run_create": ("POST", "write"),
     "eval_run_detail": ("GET", "read"),
     "eval_run_cancel": ("POST", "write"),
@@ -60,6 +63,8 @@ CONSOLE = {
     "experiment_new": ("POST", "write"),
     "experiment_detail": ("GET", "read"),
     "experiment_action": ("POST", "write"),
+    "experiment_archive": ("POST", "write"),
+    "experiment_delete": ("POST", "admin"),
 }
 PUBLIC = {"login", "logout", "healthz", "password_reset_confirm", "password_reset_complete"}
 # URLs outside any workspace: name → who may use them.
