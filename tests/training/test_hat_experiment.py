@@ -1,0 +1,117 @@
+"""The HAT reproduction end to end at toy scale (tiny random SmolLM2, a handful of cases), and the
+held-out harness edits: one per case, built from names and settings HSA never produces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.augmentation import HsaConfig, augment
+from training.hat import heldout
+from training.hat.experiment import (
+    ARMS,
+    ExperimentConfig,
+    answerable,
+    build_data,
+    compact_spec,
+    run_experiment,
+)
+from training.hat.report import render_markdown
+from training.lineage import case_content_hash
+
+
+class Quiet:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, *args):
+        pass
+
+    def line(self, text):
+        self.lines.append(text)
+
+    def checkpoint(self, result):
+        pass
+
+
+def test_heldout_banks_are_outside_hsa():
+    assert heldout.heldout_tokens() and not heldout.heldout_tokens() & heldout.hsa_tokens()
+    heldout.check_banks_disjoint(compact_spec())
+
+
+def test_heldout_names_never_come_out_of_hsa():
+    """Whatever HSA draws (many seeds, every dimension on), no name of a held-out variant appears."""
+    spec = compact_spec()
+    data = build_data(ExperimentConfig(model="tiny", cases=6, train_examples=4, rl_cases=2))
+    heldout_names = {m.name for v in data.heldout for m in (*v.spec.skills, *v.spec.tools)}
+    hsa_names = set()
+    hsa_hashes = set()
+    for seed in range(200):
+        variant = augment(spec, HsaConfig(skill_identifiers=1.0, tool_definitions=1.0, system_prompt=1.0), seed=seed)
+        hsa_names |= {m.name for m in (*variant.spec.skills, *variant.spec.tools)}
+        hsa_hashes.add(variant.spec.content_hash)
+    assert not (heldout_names - {"load_skill"}) & hsa_names
+    assert not {v.spec.content_hash for v in data.heldout} & hsa_hashes
+
+
+def test_every_heldout_case_gets_its_own_edit():
+    data = build_data(ExperimentConfig(model="tiny", cases=6, train_examples=4, rl_cases=2))
+    spec = data.spec
+    assert len({v.spec.content_hash for v in data.heldout}) == len(data.eval_cases) == 6
+    for variant, case in zip(data.heldout, data.eval_cases, strict=True):
+        assert answerable(case, spec)
+        names = {s.name for s in variant.spec.skills}
+        assert not names & {s.name for s in spec.skills}                      # every skill renamed
+        assert variant.late_skill in names                                     # a skill added after training
+        assert variant.spec.settings.reply_max_chars >= 1.6 * spec.settings.reply_max_chars - 5
+        assert variant.spec.settings.max_turns >= spec.settings.max_turns + 4
+        reworded = {t.description for t in variant.spec.tools}
+        assert reworded == set(heldout.TOOL_WORDINGS.values())
+        assert set(variant.case.expected.skills) <= names                     # ground truth follows the names
+        assert {c.name for c in variant.case.expected.tools} <= {t.name for t in variant.spec.tools}
+    # The eval set is apart from the training pool and the RL episodes (content and message).
+    trained = {case_content_hash(c.to_dict()) for c in (*data.train_pool, *data.rl_cases)}
+    assert not trained & set(data.exclude["hat-lsqa"])
+
+
+def test_the_same_seed_gives_the_same_variants():
+    first = build_data(ExperimentConfig(model="tiny", cases=3, train_examples=2, rl_cases=1))
+    again = build_data(ExperimentConfig(model="tiny", cases=3, train_examples=2, rl_cases=1))
+    assert [v.spec.content_hash for v in first.heldout] == [v.spec.content_hash for v in again.heldout]
+    other = build_data(ExperimentConfig(model="tiny", cases=3, train_examples=2, rl_cases=1, heldout_seed=7))
+    assert [v.spec.content_hash for v in first.heldout] != [v.spec.content_hash for v in other.heldout]
+
+
+@pytest.mark.timeout(1800)
+def test_experiment_end_to_end_at_toy_scale(tmp_path):
+    config = ExperimentConfig(model="tiny", cases=2, train_examples=2, sft_epochs=1, opd_steps=1, rl_steps=1,
+                              rl_cases=1, ifeval=2, max_new_tokens=8, ifeval_new_tokens=8, learning_rate=5e-3,
+                              grad_accumulation=1, workdir=str(tmp_path / "work"))
+    result = run_experiment(config, Quiet())
+    json.dumps(result)  # JSON-ready
+    assert result["model"] == "tiny-random-smollm2"
+    assert result["n"] == {"fixed": 2, "heldout": 2, "ifeval": 2}
+    assert set(result["arms"]) == set(ARMS)
+    for arm in ARMS:
+        scores = result["arms"][arm]
+        for key in ("fixed", "heldout", "ifeval"):
+            assert 0.0 <= scores[key] <= 1.0
+        for key in ("fixed_ci", "heldout_ci"):
+            low, high = scores[key]
+            assert 0.0 <= low <= high <= 1.0
+    # A random model answers nobody: the judge says so (failure is never success).
+    assert result["arms"]["base"]["fixed"] == 0.0
+    # Distinct models per arm, each from its own stage.
+    assert len({result["arms"][arm]["model_dir"] for arm in ARMS}) == len(ARMS)
+    tokens = result["train_tokens"]
+    assert tokens["fixed_sft"] >= tokens["hsa_sft"] > 0
+    assert tokens["fixed_sft_rows"] >= 1 and tokens["hsa_sft_rows"] == 2  # one case: original + one HSA variant
+    disjoint = result["lineage"]["disjoint"]
+    assert disjoint["heldout_variants"] == 2 and disjoint["training_harness_hashes"] >= 2
+    assert disjoint["heldout_hashes_in_training"] == [] and disjoint["heldout_names_in_training"] == []
+    assert all(stage["checked_disjoint"] for stage in result["lineage"]["stages"].values())
+    assert len(result["heldout_edits"]) == 2 and result["harness"]["system_prompt_tokens"] > 100
+    assert result["wall_s"] > 0
+    markdown = render_markdown(result)
+    assert "| HSA-SFT |" in markdown and "held-out" in markdown

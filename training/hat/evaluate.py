@@ -1,0 +1,118 @@
+"""Scoring a model directory for the HAT reproduction: agent turns judged by the reference judge, IFEval.
+
+- `GreedyBackend`: a `ModelBackend` over a transformers model, greedy decoding, prompts rendered
+  exactly as the local backend serves them (`render_chatml`, Hermes tool calls) — the format the SFT
+  data was trained in.
+- `judge_turns(model, items)`: each (case, harness) runs through `harness.runtime.run_turn` in the
+  simulator's sandbox (no injected faults) and is graded by `evaluation.judges.reference`.
+- `ifeval_scores(model, records)`: the model answers each prompt as a plain chat; the official
+  checkers grade it (prompt-level strict: every instruction followed).
+- `bootstrap_ci(values)`: a seeded percentile bootstrap of the mean (95%).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from evaluation.judges.reference import judge_reference
+from evaluation.metrics.ifeval.evaluate import check_record
+from harness.runtime import RoomContext, TurnInput, run_turn
+from harness.simulator import SandboxTools
+from harness.simulator.cases import Case
+from harness.spec import HarnessSpec
+from serving.backends import ModelResponse
+from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
+from training.trajectories import TRAINING_NOW
+
+
+class GreedyBackend:
+    """Greedy decoding from a transformers model (module docstring)."""
+
+    name = "hat-eval"
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int):
+        self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
+        self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
+
+    def generate(self, prompt: str, max_new_tokens: int) -> str:
+        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.model.device)
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                      max_new_tokens=max_new_tokens, eos_token_id=self.end_id,
+                                      pad_token_id=self.tokenizer.pad_token_id)
+        return self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=False).split(IM_END)[0]
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
+                       temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
+        text = await asyncio.to_thread(self.generate, render_chatml(messages, tools), min(max_tokens,
+                                                                                           self.max_new_tokens))
+        content, calls = parse_tool_calls(text) if tools else (text.strip(), ())
+        return ModelResponse(content=content, tool_calls=calls, tokens_in=0, tokens_out=0,
+                             finish_reason="tool_calls" if calls else "stop")
+
+
+@dataclass(frozen=True)
+class TurnScore:
+    case_id: str
+    accuracy: int
+    effectiveness: float
+    outcome: str
+    reasons: tuple[str, ...]
+
+
+def load_for_eval(model_dir: str, *, device: str = "cpu") -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM
+
+    from training.base_models import load_tokenizer, resolve_device
+
+    device = resolve_device(device)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    model.eval()
+    return model, load_tokenizer(model_dir)
+
+
+def judge_turns(backend: GreedyBackend, items: Sequence[tuple[Case, HarnessSpec]], *, deadline_s: float,
+                label: str) -> list[TurnScore]:
+    """Every (case, harness) answered once and judged (failures are failed answers, never skipped)."""
+    scores = []
+    for case, spec in items:
+        sandbox = SandboxTools(dict(case.room), forced_faults=dict(case.faults) or None, seed=case.case_id)
+        turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=RoomContext.from_dict(dict(case.room)),
+                         recent_dialogue=case.dialogue)
+        result = asyncio.run(run_turn(spec, turn, backend, sandbox.registry(), arm=f"hat:{label}", now=TRAINING_NOW,
+                                      deadline_s=deadline_s))
+        verdict = judge_reference(case, result.trace)
+        scores.append(TurnScore(case.case_id, int(verdict.accuracy), float(verdict.effectiveness), result.outcome,
+                                tuple(verdict.reasons)))
+    return scores
+
+
+def ifeval_scores(backend: GreedyBackend, records: Sequence[Mapping[str, Any]], *, max_new_tokens: int) -> list[int]:
+    """1 per record whose every instruction the response follows (prompt-level strict), else 0."""
+    out = []
+    for record in records:
+        prompt = render_chatml([{"role": "user", "content": record["prompt"]}])
+        response = backend.generate(prompt, max_new_tokens).strip()
+        out.append(int(check_record(record, response).prompt_strict))
+    return out
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def bootstrap_ci(values: Sequence[float], *, seed: int, resamples: int = 2000) -> list[float]:
+    """95% percentile bootstrap interval of the mean; [0, 0] for an empty list."""
+    if not values:
+        return [0.0, 0.0]
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return [round(means[int(0.025 * resamples)], 4), round(means[min(resamples - 1, int(0.975 * resamples))], 4)]

@@ -1,0 +1,350 @@
+"""The HAT reproduction: five arms trained and judged under the original and held-out harness edits.
+
+`run_experiment(ExperimentConfig(...), reporter)` returns the result dict that
+`benchmarks/hat_experiment.py` writes to `docs/hat-reproduction.json` (and renders as the .md):
+
+- **Data.** Simulator cases the compact harness can answer (`harness/demo/compact`: its reply skills
+  and read tools; silent cases and write tools need hooks and tools it leaves out). Training cases
+  (seed `seed`), HSA-RL episodes (`"<seed>/rl"`, the pipeline's own) and eval cases (seed
+  `seed + EVAL_SEED_OFFSET`) are drawn apart; eval cases whose content hash or normalised message
+  occurs in training are skipped, and the training pipelines get the eval hashes as `data.exclude`,
+  so their lineage guard proves no eval case was trained on.
+- **Arms.** `base` (untrained); `fixed_sft` (oracle trajectories under the original harness only);
+  `hsa_sft` (original + one HSA variant per case) with the same number of training tokens as
+  `fixed_sft` (Fixed-SFT takes original-harness trajectories until it reaches HSA-SFT's token count;
+  both see every row `sft_epochs` times); `hsa_sft_opd` (+ General OPD); `hat` (+ a short HSA-RL).
+  The last three are one chained pipeline (`training.pipeline`), so each starts from the previous.
+- **Eval.** (1) `fixed`: the eval cases under the original harness; (2) `heldout`: the same cases,
+  each under its own held-out edit (`training.hat.heldout`, generator seed `heldout_seed`); (3)
+  `ifeval`: the shipped IFEval mini set plus `benchmarks/data/hat/ifeval_extra.jsonl`. Accuracy is the
+  reference judge's (IFEval: prompt-level strict), with 95% bootstrap CIs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation.metrics.ifeval.evaluate import mini_records, read_records
+from harness.simulator import generate_cases
+from harness.simulator.cases import Case
+from harness.spec import HarnessSpec, parse_files, read_dir
+from training.hat.heldout import HeldoutVariant, check_banks_disjoint, heldout_variant
+from training.lineage import case_content_hash
+from training.results import Reporter
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPACT_HARNESS = ROOT / "harness" / "demo" / "compact"
+IFEVAL_EXTRA = ROOT / "benchmarks" / "data" / "hat" / "ifeval_extra.jsonl"
+EVAL_SEED_OFFSET = 10_000
+MODELS = {"tiny": "tiny-random-smollm2", "smollm2": "smollm2-135m-instruct"}
+ARMS = ("base", "fixed_sft", "hsa_sft", "hsa_sft_opd", "hat")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    model: str = "smollm2"              # tiny | smollm2
+    cases: int = 100                    # eval cases (each under the original and its own held-out edit)
+    train_examples: int = 400           # HSA-SFT trajectories (half original, half HSA); Fixed-SFT matches tokens
+    sft_epochs: int = 1
+    opd_steps: int = 8
+    rl_steps: int = 4                   # HSA-RL optimizer steps ("--steps")
+    rl_cases: int = 8
+    ifeval: int = 0                     # IFEval prompts used (0: all)
+    seed: int = 13
+    heldout_seed: int = 1301            # the held-out generator's own seed
+    learning_rate: float = 5e-5
+    grad_accumulation: int = 4
+    max_new_tokens: int = 96            # per model call at eval
+    ifeval_new_tokens: int = 160
+    eval_deadline_s: float = 600.0      # per turn; a CPU generates slowly, and a deadline is a failed answer
+    finetune: str = "full"
+    device: str = "cpu"                 # cpu (fp32) or cuda: training (model.device) and eval alike
+    workdir: str = "var/hat-experiment"
+
+    @property
+    def base(self) -> str:
+        return MODELS[self.model]
+
+
+@dataclass
+class Data:
+    spec: HarnessSpec
+    train_pool: list[Case]
+    rl_cases: list[Case]
+    eval_cases: list[Case]
+    heldout: list[HeldoutVariant]
+    ifeval: list[dict[str, Any]]
+    skipped_near_duplicates: int = 0
+    exclude: dict[str, list[str]] = field(default_factory=dict)
+
+
+def compact_spec() -> HarnessSpec:
+    return parse_files(read_dir(COMPACT_HARNESS))
+
+
+def answerable(case: Case, spec: HarnessSpec) -> bool:
+    skills = {s.name for s in spec.skills}
+    tools = {t.name for t in spec.tools}
+    return (not case.expected.silent and bool(case.expected.skills) and set(case.expected.skills) <= skills
+            and {call.name for call in case.expected.tools} <= tools
+            and set(case.meta.get("any_of_tools") or ()) <= tools)
+
+
+def _normalised(message: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", message.lower()))
+
+
+def _cases(seed: int | str, wanted: int, spec: HarnessSpec, *, skip_hashes: set[str] = frozenset(),
+           skip_messages: set[str] = frozenset()) -> tuple[list[Case], int]:
+    """`wanted` answerable cases of a simulator seed (drawing more until there are enough)."""
+    drawn, skipped = 4 * wanted + 16, 0
+    while True:
+        out, skipped = [], 0
+        for case in generate_cases(seed, drawn):
+            if not answerable(case, spec):
+                continue
+            if case_content_hash(case.to_dict()) in skip_hashes or _normalised(case.message) in skip_messages:
+                skipped += 1
+                continue
+            out.append(case)
+            if len(out) == wanted:
+                return out, skipped
+        drawn *= 2
+
+
+def build_data(config: ExperimentConfig) -> Data:
+    from training.trajectories import simulator_cases
+
+    spec = compact_spec()
+    check_banks_disjoint(spec)
+    # Enough pool for Fixed-SFT to match HSA-SFT's tokens with original-harness rows only.
+    train_pool, _ = _cases(config.seed, config.train_examples + 8, spec)
+    rl_cases = simulator_cases(f"{config.seed}/rl", config.rl_cases)
+    seen = train_pool + rl_cases
+    eval_cases, skipped = _cases(config.seed + EVAL_SEED_OFFSET, config.cases, spec,
+                                 skip_hashes={case_content_hash(c.to_dict()) for c in seen},
+                                 skip_messages={_normalised(c.message) for c in seen})
+    heldout = [heldout_variant(spec, case, config.heldout_seed) for case in eval_cases]
+    ifeval = [*mini_records(), *read_records(IFEVAL_EXTRA)]
+    if config.ifeval:
+        ifeval = ifeval[:config.ifeval]
+    exclude = {"hat-lsqa": sorted({case_content_hash(c.to_dict()) for c in eval_cases}),
+               "hat-ifeval": sorted({case_content_hash(r) for r in ifeval})}
+    return Data(spec=spec, train_pool=train_pool, rl_cases=rl_cases, eval_cases=eval_cases, heldout=heldout,
+                ifeval=ifeval, skipped_near_duplicates=skipped, exclude=exclude)
+
+
+def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any
+                  ) -> tuple[list[int], list[Any]]:
+    """Tokens of each kept trajectory (case order), as the SFT stage will count them."""
+    from training.datasets import tokenize_rows
+    from training.trajectories import TrajectoryConfig, generate_trajectories
+
+    config = TrajectoryConfig(augmented_variants=variants, seed=0)
+    trajectories, _ = generate_trajectories(cases, [spec], config)
+    rows = [t.to_row() for t in trajectories]
+    tokenized, _ = tokenize_rows(rows, tokenizer, max_length=8192, overlong="error")
+    return [len(row["input_ids"]) for row in tokenized], trajectories
+
+
+def split_training(config: ExperimentConfig, data: Data, tokenizer: Any) -> dict[str, Any]:
+    """HSA-SFT's cases, and as many original-harness cases for Fixed-SFT as reach the same tokens."""
+    hsa_cases = data.train_pool[:math.ceil(config.train_examples / 2)]
+    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer)
+    target = sum(hsa_lengths)
+    fixed_lengths, fixed_trajectories = _token_counts(data.train_pool, data.spec, 0, tokenizer)
+    used, total = 0, 0
+    while total < target and used < len(fixed_lengths):
+        total += fixed_lengths[used]
+        used += 1
+    if total < target:
+        raise ValueError(f"the training pool is too small for Fixed-SFT to match HSA-SFT's {target} tokens")
+    fixed_ids = {t.case_id for t in fixed_trajectories[:used]}
+    return {"hsa_cases": hsa_cases, "fixed_cases": [c for c in data.train_pool if c.case_id in fixed_ids],
+            "hsa_rows": len(hsa_lengths), "fixed_rows": used, "hsa_tokens": target, "fixed_tokens": total,
+            "hsa_variant_hashes": sorted({t.harness_hash for t in hsa_trajectories}),
+            "hsa_variant_names": sorted({n for t in hsa_trajectories for n in _names_in(t.tools)})}
+
+
+def _names_in(tools: Sequence[dict[str, Any]]) -> set[str]:
+    """Tool names and the skill names load_skill offers: every module name a trajectory saw."""
+    names = set()
+    for tool in tools:
+        function = tool.get("function", tool)
+        names.add(function["name"])
+        if function["name"] == "load_skill":
+            names |= set(function.get("parameters", {}).get("properties", {}).get("name", {}).get("enum", ()))
+    return names
+
+
+def _write_cases(path: Path, cases: Sequence[Case]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
+    return str(path)
+
+
+def _sft_stage(config: ExperimentConfig, rows: int) -> dict[str, Any]:
+    steps = max(1, math.ceil(rows * config.sft_epochs / config.grad_accumulation))
+    return {"kind": "sft", "config": {"max_steps": steps, "learning_rate": config.learning_rate,
+                                      "per_device_train_batch_size": 1,
+                                      "gradient_accumulation_steps": config.grad_accumulation,
+                                      "max_length": 8192, "save_steps": max(steps, 1), "logging_steps": 1,
+                                      "warmup_steps": min(2, steps - 1)}}
+
+
+def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any], workdir: Path
+                     ) -> dict[str, dict[str, Any]]:
+    common = {"model": {"base": config.base, "finetune": config.finetune, "device": config.device},
+              "harnesses": [{"label": "compact@hat", "dir": str(COMPACT_HARNESS)}], "seed": config.seed}
+    fixed = {**common,
+             "data": {"simulator_cases": 0, "cases_jsonl": [_write_cases(workdir / "fixed-cases.jsonl",
+                                                                         split["fixed_cases"])],
+                      "exclude": data.exclude},
+             "trajectories": {"augmented_variants": 0},
+             "stages": [_sft_stage(config, split["fixed_rows"])]}
+    hat = {**common,
+           "data": {"simulator_seed": config.seed, "simulator_cases": 0,
+                    "cases_jsonl": [_write_cases(workdir / "hsa-cases.jsonl", split["hsa_cases"])],
+                    "exclude": data.exclude},
+           "trajectories": {"augmented_variants": 1},
+           "stages": [_sft_stage(config, split["hsa_rows"]),
+                      {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": 1e-6,
+                                                 "max_completion_length": 64, "per_device_train_batch_size": 2,
+                                                 "save_steps": config.opd_steps, "max_prompts": 4 * config.opd_steps}},
+                      {"kind": "rl", "config": {"max_steps": config.rl_steps, "learning_rate": 1e-6,
+                                                "num_generations": 2, "per_device_train_batch_size": 2,
+                                                "cases": config.rl_cases, "max_new_tokens": 64,
+                                                "max_completion_length": 768, "fault_rate": 0.1,
+                                                "augmented_share": 0.5, "save_steps": config.rl_steps}}]}
+    return {"fixed": fixed, "hat": hat}
+
+
+def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str) -> dict[str, Any]:
+    from training.hat.evaluate import (
+        GreedyBackend,
+        bootstrap_ci,
+        ifeval_scores,
+        judge_turns,
+        load_for_eval,
+        mean,
+    )
+
+    model, tokenizer = load_for_eval(model_dir, device=config.device)
+    backend = GreedyBackend(model, tokenizer, max_new_tokens=config.max_new_tokens)
+    fixed = judge_turns(backend, [(case, data.spec) for case in data.eval_cases], deadline_s=config.eval_deadline_s,
+                        label=f"{label}:fixed")
+    held = judge_turns(backend, [(v.case, v.spec) for v in data.heldout], deadline_s=config.eval_deadline_s,
+                       label=f"{label}:heldout")
+    ifeval = ifeval_scores(backend, data.ifeval, max_new_tokens=config.ifeval_new_tokens)
+    fixed_acc, held_acc = [s.accuracy for s in fixed], [s.accuracy for s in held]
+    outcomes: dict[str, int] = {}
+    for score in (*fixed, *held):
+        outcomes[score.outcome] = outcomes.get(score.outcome, 0) + 1
+    return {"model_dir": model_dir,
+            "fixed": round(mean(fixed_acc), 4), "heldout": round(mean(held_acc), 4), "ifeval": round(mean(ifeval), 4),
+            "fixed_ci": bootstrap_ci(fixed_acc, seed=config.seed),
+            "heldout_ci": bootstrap_ci(held_acc, seed=config.seed + 1),
+            "ifeval_ci": bootstrap_ci(ifeval, seed=config.seed + 2),
+            "fixed_effectiveness": round(mean([s.effectiveness for s in fixed]), 4),
+            "heldout_effectiveness": round(mean([s.effectiveness for s in held]), 4),
+            "outcomes": dict(sorted(outcomes.items()))}
+
+
+def disjointness(data: Data, split: dict[str, Any], trained_hashes: set[str]) -> dict[str, Any]:
+    """Held-out variants vs everything training saw: harness hashes and module names (must not meet)."""
+    heldout_hashes = {v.spec.content_hash for v in data.heldout}
+    heldout_names = {m.name for v in data.heldout for m in (*v.spec.skills, *v.spec.tools)}
+    original = {m.name for m in (*data.spec.skills, *data.spec.tools)}
+    train_names = set(split["hsa_variant_names"]) | original
+    return {"heldout_variants": len(heldout_hashes),
+            "heldout_hashes_in_training": sorted(heldout_hashes & trained_hashes),
+            "heldout_names_in_training": sorted((heldout_names - {"load_skill"}) & train_names),
+            "training_harness_hashes": len(trained_hashes)}
+
+
+def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, Any]:
+    from training.base_models import load_tokenizer, materialize_base, model_cache
+    from training.pipeline import PipelineConfig, run_pipeline
+
+    started = time.monotonic()
+    workdir = Path(config.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = build_data(config)
+    reporter.line(f"hat: {len(data.eval_cases)} eval cases ({data.skipped_near_duplicates} skipped as in training), "
+                  f"{len(data.ifeval)} IFEval prompts")
+    tokenizer = load_tokenizer(config.base)
+    split = split_training(config, data, tokenizer)
+    reporter.line(f"hat: HSA-SFT {split['hsa_rows']} rows / {split['hsa_tokens']} tokens; "
+                  f"Fixed-SFT {split['fixed_rows']} rows / {split['fixed_tokens']} tokens")
+    configs = pipeline_configs(config, data, split, workdir)
+    timings: dict[str, float] = {}
+    results = {}
+    for name, raw in configs.items():
+        t0 = time.monotonic()
+        results[name] = run_pipeline(PipelineConfig.from_dict(raw), artifacts_dir=workdir / name, reporter=reporter,
+                                     should_stop=lambda: False)
+        timings[f"train_{name}"] = round(time.monotonic() - t0, 1)
+    models = {"base": materialize_base(config.base, model_cache(), seed=config.seed),
+              "fixed_sft": results["fixed"][0].path, "hsa_sft": results["hat"][0].path,
+              "hsa_sft_opd": results["hat"][1].path, "hat": results["hat"][2].path}
+    arms = {}
+    for arm in ARMS:
+        t0 = time.monotonic()
+        reporter.line(f"hat: evaluating {arm}")
+        arms[arm] = _arm_scores(models[arm], data, config, arm)
+        timings[f"eval_{arm}"] = round(time.monotonic() - t0, 1)
+        reporter.line(f"hat: {arm} fixed={arms[arm]['fixed']} heldout={arms[arm]['heldout']} "
+                      f"ifeval={arms[arm]['ifeval']}")
+    trained_hashes = {h for result in (*results["fixed"], *results["hat"]) for h in result.harness_hashes}
+    hat_results = results["hat"]
+    return {
+        "model": config.base,
+        "n": {"fixed": len(data.eval_cases), "heldout": len(data.heldout), "ifeval": len(data.ifeval)},
+        "arms": arms,
+        "train_tokens": {"fixed_sft": split["fixed_tokens"], "hsa_sft": split["hsa_tokens"],
+                         "fixed_sft_rows": split["fixed_rows"], "hsa_sft_rows": split["hsa_rows"],
+                         "opd_tokens": hat_results[1].metrics.get("num_tokens"),
+                         "rl_tokens": hat_results[2].metrics.get("num_tokens")},
+        "steps": {"fixed_sft": configs["fixed"]["stages"][0]["config"]["max_steps"],
+                  "hsa_sft": configs["hat"]["stages"][0]["config"]["max_steps"],
+                  "opd": config.opd_steps, "rl": config.rl_steps},
+        "harness": {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
+                    "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)},
+        "heldout_edits": [{"case_id": v.case.case_id, "variant": v.label, "harness_hash": v.spec.content_hash,
+                           "skills": dict(v.mapping.skills), "tools": dict(v.mapping.tools),
+                           "late_skill": v.late_skill,
+                           "settings": {k: list(pair) for k, pair in v.mapping.settings.items()}}
+                          for v in data.heldout],
+        "lineage": {"excluded_eval_sets": {k: len(v) for k, v in data.exclude.items()},
+                    "checked_by_pipeline_guard": True,
+                    "skipped_near_duplicates": data.skipped_near_duplicates,
+                    "stages": {f"{name}:{r.stage}": {"cases": r.data_lineage["cases"],
+                                                      "cases_digest": r.data_lineage["cases_digest"],
+                                                      "checked_disjoint": r.data_lineage["checked_disjoint"]}
+                               for name, rs in results.items() for r in rs},
+                    "disjoint": disjointness(data, split, trained_hashes)},
+        "config": asdict(config),
+        "timings_s": timings,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def system_prompt_tokens(spec: HarnessSpec, case: Case, tokenizer: Any) -> int:
+    """Tokens of the first model call's prompt: system prompt with tool schemas, and the viewer message."""
+    from harness.runtime import RoomContext, TurnInput
+    from harness.runtime.messages import assemble_messages
+    from harness.spec.prompt import openai_tools
+    from serving.backends.hermes import render_chatml
+    from training.trajectories import TRAINING_NOW
+
+    turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=RoomContext.from_dict(dict(case.room)),
+                     recent_dialogue=case.dialogue)
+    prompt = render_chatml(assemble_messages(spec, turn, TRAINING_NOW), openai_tools(spec))
+    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])

@@ -1,0 +1,70 @@
+"""`docs/hat-reproduction.md` from the experiment's result dict (only measured figures: it renders the JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ARM_TITLES = {"base": "Base (untrained)", "fixed_sft": "Fixed-Harness SFT", "hsa_sft": "HSA-SFT",
+              "hsa_sft_opd": "HSA-SFT + General OPD", "hat": "HAT (HSA-SFT + OPD + HSA-RL)"}
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def _ci(pair: list[float]) -> str:
+    return f"[{_pct(pair[0])}, {_pct(pair[1])}]"
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    n, arms, tokens, steps = result["n"], result["arms"], result["train_tokens"], result["steps"]
+    harness = result["harness"]
+    lines = [
+        "# HAT reproduction (issue 13)",
+        "",
+        f"Model `{result['model']}`, compact harness `{harness['path']}` (content hash "
+        f"`{harness['content_hash'][:12]}`, first prompt {harness['system_prompt_tokens']} tokens with tool schemas). "
+        f"n = {n['fixed']} Live-Stream QA cases under the original harness, the same {n['heldout']} cases each under "
+        f"its own held-out harness edit, {n['ifeval']} IFEval-format prompts. Wall time {result['wall_s']:.0f} s.",
+        "",
+        "Command: `" + result.get("command", "python benchmarks/hat_experiment.py") + "`",
+        "",
+        "Accuracy in % (reference judge; IFEval prompt-level strict), 95% bootstrap CI in brackets; Δ = held-out − "
+        "original.",
+        "",
+        "| arm | original | held-out | Δ | IFEval | eff. orig / held-out |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for arm, title in ARM_TITLES.items():
+        a = arms[arm]
+        lines.append(f"| {title} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
+                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} "
+                     f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} |")
+    disjoint = result["lineage"]["disjoint"]
+    lines += [
+        "",
+        "## What was run",
+        "",
+        f"- Fixed-Harness SFT: {tokens['fixed_sft_rows']} oracle trajectories under the original harness, "
+        f"{tokens['fixed_sft']} tokens, {steps['fixed_sft']} optimizer steps.",
+        f"- HSA-SFT: {tokens['hsa_sft_rows']} trajectories (each case under the original and one HSA variant), "
+        f"{tokens['hsa_sft']} tokens, {steps['hsa_sft']} steps — Fixed-SFT took original-harness rows until it "
+        "reached the same token count.",
+        f"- General OPD: {steps['opd']} steps on the shipped general-instruction prompts (teacher: the base model).",
+        f"- HSA-RL: {steps['rl']} GRPO steps on simulator episodes (half under HSA variants).",
+        f"- Held-out edits (generator seed {result['config']['heldout_seed']}): every skill and tool renamed from word "
+        "banks HSA never draws from, a skill added that no training harness had, reply_max_chars ×1.6–2 and "
+        "max_turns +4..+6 (outside HSA's ranges), hand-reworded tool descriptions. One variant per case: "
+        f"{disjoint['heldout_variants']} distinct variants. Held-out harness hashes found in training: "
+        f"{len(disjoint['heldout_hashes_in_training'])}; held-out module names found in training: "
+        f"{len(disjoint['heldout_names_in_training'])}.",
+        f"- Lineage: the eval cases and IFEval prompts are passed to every training pipeline as `data.exclude` "
+        f"({', '.join(f'{k}: {v}' for k, v in result['lineage']['excluded_eval_sets'].items())}); the pipeline's "
+        "guard refuses any overlap before training, and every stage recorded `checked_disjoint`. Eval cases whose "
+        f"content or normalised message occurred in training were skipped ({result['lineage']['skipped_near_duplicates']}).",
+        f"- Timings (s): {', '.join(f'{k} {v}' for k, v in result['timings_s'].items())}.",
+        "",
+        "The full per-case list of held-out edits is in `docs/hat-reproduction.json` (`heldout_edits`).",
+        "",
+    ]
+    return "\n".join(lines)
