@@ -258,13 +258,16 @@ def _insert_new(workspace: Workspace, events: list[dict]) -> list[dict]:
     if connection.vendor == "postgresql":
         # One statement, one array parameter per column (7 parameters whatever the batch size): the
         # server expands them with unnest, where a VALUES list would bind 7 parameters per event.
+        # Inserted in event_id order: two batches sharing ids wait on each other's uncommitted index
+        # entries, so they must take them in one global order (before exposures, then rollups) or deadlock.
         columns = ("event_id", "type", "viewer_id", "room_id", "item_id")
+        events = sorted(events, key=lambda e: e["event_id"].encode())  # byte order, as COLLATE "C"
         with _bound_cursor() as cursor:
             cursor.execute(
                 "INSERT INTO serving_event (workspace_id, event_id, type, viewer_id, room_id, item_id, ts, received_at) "
                 "SELECT %s, e.event_id, e.type, e.viewer_id, e.room_id, e.item_id, e.ts, now() "
                 "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[]) "
-                "AS e(event_id, type, viewer_id, room_id, item_id, ts) "
+                "AS e(event_id, type, viewer_id, room_id, item_id, ts) ORDER BY e.event_id COLLATE \"C\" "
                 "ON CONFLICT (workspace_id, event_id) DO NOTHING RETURNING event_id",
                 [workspace.pk, *([e[c] for e in events] for c in columns), [e["ts"] for e in events]])
             inserted = {row[0] for row in cursor.fetchall()}
