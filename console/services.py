@@ -4,9 +4,14 @@ import ipaddress
 import re
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, transaction
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
-from console.access import ADMIN, Actor, require
+from console.access import ADMIN, Actor, require, require_workspace_creator
 from console.models import AuditEvent, Membership, Role, Workspace
 
 
@@ -37,15 +42,35 @@ def audit_record(
     )
 
 
-@transaction.atomic
+class WorkspaceError(ValueError):
+    pass
+
+
+WORKSPACE_SLUG_MAX = 64
+WORKSPACE_NAME_MAX = 200
+
+
 def workspace_create(*, actor: Actor, slug: str, name: str, owner=None) -> Workspace:
-    workspace = Workspace.objects.create(slug=slug, name=name)
-    audit_record(actor=actor, workspace=workspace, action="workspace.create", target_type="workspace",
-                 target_id=workspace.pk, target_label=slug, after={"slug": slug, "name": name})
-    if owner is not None:
-        Membership.objects.create(workspace=workspace, user=owner, role=Role.ADMIN)
-        audit_record(actor=actor, workspace=workspace, action="membership.add", target_type="membership",
-                     target_label=owner.get_username(), after={"role": Role.ADMIN})
+    """Create a workspace (staff, superusers and the system only); `owner` becomes its first admin."""
+    require_workspace_creator(actor)
+    slug, name = slug.strip(), name.strip() or slug.strip()
+    try:
+        validate_slug(slug)
+    except ValidationError as exc:
+        raise WorkspaceError(f"Workspace slug {slug!r}: use letters, digits, '-' or '_' only.") from exc
+    if len(slug) > WORKSPACE_SLUG_MAX or len(name) > WORKSPACE_NAME_MAX:
+        raise WorkspaceError(f"Slug ≤ {WORKSPACE_SLUG_MAX} and name ≤ {WORKSPACE_NAME_MAX} characters.")
+    try:
+        with transaction.atomic():
+            workspace = Workspace.objects.create(slug=slug, name=name)
+            audit_record(actor=actor, workspace=workspace, action="workspace.create", target_type="workspace",
+                         target_id=workspace.pk, target_label=slug, after={"slug": slug, "name": name})
+            if owner is not None:
+                Membership.objects.create(workspace=workspace, user=owner, role=Role.ADMIN)
+                audit_record(actor=actor, workspace=workspace, action="membership.add", target_type="membership",
+                             target_id=owner.pk, target_label=owner.get_username(), after={"role": Role.ADMIN})
+    except IntegrityError as exc:  # the unique slug, also when two creations race
+        raise WorkspaceError(f"A workspace {slug!r} already exists.") from exc
     return workspace
 
 
@@ -88,6 +113,36 @@ def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: s
                  target_type="membership", target_id=user.pk, target_label=username,
                  before=before, after={"role": role} if role else None)
     return result
+
+
+@transaction.atomic
+def member_invite(*, actor: Actor, workspace: Workspace, username: str, role: str) -> tuple[Membership, str]:
+    """Create an account for someone new and add them with `role` (workspace admins).
+
+    The account has no usable password; returns the membership and a one-time set-password token
+    (`uidb64/token`, Django's password-reset token: it stops working once the password is set).
+    """
+    require(actor, workspace, ADMIN)
+    User = get_user_model()
+    username = username.strip()
+    try:
+        User._meta.get_field(User.USERNAME_FIELD).run_validators(username)
+        if not username:
+            raise ValidationError("empty")
+    except ValidationError as exc:
+        raise MembershipError(f"Username {username!r}: up to 150 letters, digits and @.+-_ only.") from exc
+    if User.objects.filter(username=username).exists():
+        raise MembershipError(f"{username} already has an account: add them as a member instead.")
+    if role not in Role.values:
+        raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
+    user = User(username=username)
+    user.set_unusable_password()
+    user.save()
+    membership = Membership.objects.create(workspace=workspace, user=user, role=role)
+    audit_record(actor=actor, workspace=workspace, action="membership.invite", target_type="membership",
+                 target_id=user.pk, target_label=username, after={"role": role})
+    token = f"{urlsafe_base64_encode(force_bytes(user.pk))}/{default_token_generator.make_token(user)}"
+    return membership, token
 
 
 class ToolHostsError(ValueError):

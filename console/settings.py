@@ -63,6 +63,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.health.HealthCheckMiddleware",  # first: container probes reach it over plain HTTP on 127.0.0.1
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the ASGI server itself, in both modes
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -71,7 +71,7 @@ def version_resolve(harness: Harness, ref: str) -> HarnessVersion:
     """A version from `v3`, `3`, a label name or a content-hash prefix (≥ 8 characters)."""
     ref = ref.strip()
     number = ref[1:] if ref.startswith("v") else ref
-    if number.isdigit():
+    if number.isascii() and number.isdigit() and len(number) <= 9:  # fits the number column
         return version_get(harness, int(number))
     if harness.labels.filter(name=ref).exists():
         return version_by_label(harness, ref)

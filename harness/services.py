@@ -24,6 +24,10 @@ class StoreError(ValueError):
     """A request the store refuses, with a message fit for the user."""
 
 
+class LabelConflict(StoreError):
+    """A valid label move the label's current state refuses (already there, or blocked by the gate): HTTP 409."""
+
+
 class CommitConflict(Exception):
     """The draft's base is no longer the head: someone committed meanwhile."""
 
@@ -215,13 +219,13 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
         gated = protected and label is not None
         blocked = [why for check in _PROMOTION_CHECKS if gated for why in [check(harness, version)] if why]
         if blocked and not override:
-            raise StoreError(f"Promotion of v{version.number} to {name} needs confirmation: {'; '.join(blocked)} "
-                             "(an approver may confirm the move anyway, with a reason; it is audited).")
+            raise LabelConflict(f"Promotion of v{version.number} to {name} needs confirmation: {'; '.join(blocked)} "
+                                "(an approver may confirm the move anyway, with a reason; it is audited).")
         previous = label.version if label else None
         if label is None:
             label = Label.objects.create(harness=harness, name=name, version=version, protected=protected)
         elif label.version_id == version.pk:
-            raise StoreError(f"{name} already points at v{version.number}.")
+            raise LabelConflict(f"{name} already points at v{version.number}.")
         else:
             label.version = version
             label.save(update_fields=["version", "updated_at"])

@@ -8,8 +8,10 @@ from serving.backends.scripted import ScriptedBackend, steps_from_json
 
 
 def available_backends() -> list[str]:
-    """Backends this deployment can use (scripted only outside production, openai only when configured)."""
-    names = [n for n in backend_names() if not (n == "scripted" and settings.PRODUCTION)]
+    """Backends this deployment can use: scripted only outside production and with a script
+    (HARNESSOPS_SCRIPTED_STEPS; without one every turn would fail), openai only when configured."""
+    names = [n for n in backend_names()
+             if not (n == "scripted" and (settings.PRODUCTION or not settings.SCRIPTED_STEPS))]
     if not settings.OPENAI_BASE_URL:
         names = [n for n in names if n != "openai"]
     return names

@@ -21,7 +21,7 @@ class ReplyIn(Schema):
                               "registered or has changed.")
     harness: str | None = Field(default=None, description="Harness name; default: the room's harness.")
     label: str | None = Field(default=None, max_length=64, description="Label to answer with (default production).")
-    version: int | None = Field(default=None, description="Pin a version number instead of a label.")
+    version: int | None = Field(default=None, ge=1, le=2**31 - 1, description="Pin a version number instead of a label.")
 
 
 class ReplyOut(Schema):
