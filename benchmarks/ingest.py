@@ -8,6 +8,11 @@
    experiment), into a throw-away database `harnessops_bench` on the server of DATABASE_URL;
 2. raw COPY of the same kind of rows into the same table, for comparison;
 3. the table is filled to --total-events with COPY, then the dashboard snapshot (rollups only) is timed.
+
+With --scaling-only, only the in-process ingest (`events_ingest`, the service the API calls: validation,
+idempotent insert, rollup fold) is timed at growing batch sizes against COPY of the same number of rows,
+each printed as a ratio to COPY measured in the same run. --root measures another checkout's code
+(e.g. an export of the previous commit) with this script.
 """
 
 import argparse
@@ -22,8 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if "--root" in sys.argv:  # measure another checkout with this script
+    ROOT = Path(sys.argv[sys.argv.index("--root") + 1]).resolve()
 sys.path.insert(0, str(ROOT))
-DB = "harnessops_bench"
+DB = os.environ.get("DATABASE_URL", "/postgres").rsplit("/", 1)[1] + "_bench"  # beside your own database
 
 
 def main() -> None:
@@ -32,6 +39,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--viewers", type=int, default=20_000)
     parser.add_argument("--total-events", type=int, default=10_000_000)
+    parser.add_argument("--scaling-only", action="store_true", help="only in-process ingest vs COPY by batch size")
+    parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     args = parser.parse_args()
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     if not base.startswith("postgres"):
@@ -74,6 +83,9 @@ def main() -> None:
     for viewer in viewers:
         assign_viewer(experiment, viewer)
     print(f"exposed {len(viewers)} viewers in {time.perf_counter() - started:.1f} s")
+    _scaling(url, workspace, viewers)
+    if args.scaling_only:
+        return
     token = api_key_create(actor=system, workspace=workspace, name="bench", scopes=["ingest"])[1]
 
     port = 8700 + os.getpid() % 200
@@ -136,6 +148,36 @@ async def _post_batches(port, token, viewers, batches, concurrency) -> float:
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return batches * 1000 / (time.perf_counter() - started)
+
+
+def _scaling(url, workspace, viewers) -> None:
+    """In-process `events_ingest` per batch size vs COPY of as many rows, same run (ratios are what count)."""
+    from console.access import Actor
+    from serving.experiments.services import events_ingest
+
+    ingester = Actor.system("bench")
+    print("in-process ingest (validation + idempotent insert + rollup fold, every event an exposed viewer's view):")
+    offset = 0
+    for size in (10, 100, 1000):
+        batches = max(2, 20_000 // size)
+        now = datetime.now(UTC).isoformat()
+        payloads = [[{"event_id": uuid.uuid4().hex, "type": "item_page_view",
+                      "viewer_id": viewers[(offset + b * size + i) % len(viewers)], "room_id": "demo-room",
+                      "item_id": "L001", "ts": now} for i in range(size)] for b in range(batches)]
+        offset += batches * size
+        started = time.perf_counter()
+        for events in payloads:
+            result = events_ingest(actor=ingester, workspace=workspace, events=events)
+            assert result.accepted == size, result
+        ingest_rate = batches * size / (time.perf_counter() - started)
+        copy_rate = _copy(url, workspace.pk, viewers, batches * size)
+        again = time.perf_counter()
+        duplicates = events_ingest(actor=ingester, workspace=workspace, events=payloads[0])
+        retry_ms = (time.perf_counter() - again) * 1000
+        assert duplicates.accepted == 0 and duplicates.duplicates == size
+        print(f"  batch {size:>5}: {ingest_rate:>8,.0f} events/s, COPY {copy_rate:>8,.0f} rows/s, "
+              f"ratio {ingest_rate / copy_rate:.2f}× COPY, {1000 * size / ingest_rate:.1f} ms a batch "
+              f"(a retried batch, all duplicates: {retry_ms:.1f} ms)")
 
 
 def _copy(url, workspace_id, viewers, n) -> float:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if "--root" in sys.argv:  # measure another checkout (e.g. the previous commit) with this script
+    ROOT = Path(sys.argv[sys.argv.index("--root") + 1]).resolve()
 sys.path.insert(0, str(ROOT))
 
 STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}},
@@ -35,8 +37,25 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
+def reference_us() -> float:
+    """A fixed pure-Python workload (p50 of 200 runs), timed in the same run: the ratio to it is
+    what to compare across machines and load (the machine is shared; absolute µs drift with load)."""
+    def work():
+        return sum(len(str(i)) for i in range(2000))
+
+    times = []
+    for _ in range(200):
+        started = time.perf_counter()
+        work()
+        times.append((time.perf_counter() - started) * 1e6)
+    return pct(times, 50)
+
+
 def bench_runtime(turns: int) -> None:
-    from harness.runtime import RoomContext, TurnInput, run_turn
+    import cProfile
+    import pstats
+
+    from harness.runtime import RoomContext, TurnInput, hooks, run_turn
     from harness.spec import parse_files, read_dir
     from serving.backends.scripted import ScriptedBackend, steps_from_json
 
@@ -44,9 +63,9 @@ def bench_runtime(turns: int) -> None:
     room = RoomContext.from_dict(json.loads((ROOT / "harness/demo/room.json").read_text()))
     turn = TurnInput(message="How much is L001 now?", viewer_id="v_anna88", room=room)
 
-    async def main():
+    async def main(count):
         overheads = []
-        for i in range(turns + 50):
+        for i in range(count + 50):
             backend = ScriptedBackend(steps_from_json(STEPS), cycle=True)  # cycle: no call recording
             started = time.perf_counter()
             result = await run_turn(spec, turn, backend)
@@ -56,9 +75,53 @@ def bench_runtime(turns: int) -> None:
                 overheads.append(elapsed - result.trace["model_latency_ms"] * 1000)
         return overheads
 
-    overheads = asyncio.run(main())
+    reference = reference_us()
+    overheads = asyncio.run(main(turns))
+    p50 = pct(overheads, 50)
+    print(f"reference workload (sum of len(str(i)) for 2,000 ints): p50 {reference:.0f} µs")
     print(f"runtime overhead per turn (demo harness, 2 model calls, 2 tool calls, {turns} turns): "
-          f"p50 {pct(overheads, 50):.0f} µs, p95 {pct(overheads, 95):.0f} µs, mean {statistics.mean(overheads):.0f} µs")
+          f"p50 {p50:.0f} µs ({p50 / reference:.1f}× reference), p95 {pct(overheads, 95):.0f} µs, "
+          f"mean {statistics.mean(overheads):.0f} µs")
+
+    # The same turns with remembered CEL answers switched off: every condition runs cel-python's interpreter.
+    if not hasattr(hooks, "CEL_MEMO_SIZE"):  # an older checkout (`--root`): nothing remembered anyway
+        return
+    memo_size, hooks.CEL_MEMO_SIZE = hooks.CEL_MEMO_SIZE, 0
+    hooks.engine_for.cache_clear()
+    cold = asyncio.run(main(max(turns // 4, 100)))
+    hooks.CEL_MEMO_SIZE = memo_size
+    hooks.engine_for.cache_clear()
+    print(f"  same, every CEL condition evaluated (no remembered answers): p50 {pct(cold, 50):.0f} µs "
+          f"({pct(cold, 50) / reference:.1f}× reference)")
+
+    # Where the time goes: profiled turns, inclusive time of each part as a share of the turn.
+    profiler = cProfile.Profile()
+    profiler.enable()
+    asyncio.run(main(200))
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    groups = {"hooks (hooks.py, cel-python, lark)": ("runtime/hooks.py", "celpy/", "lark/"),
+              "prompt assembly (messages.py, prompt.py, template.py)": ("runtime/messages.py", "spec/prompt.py",
+                                                                       "spec/template.py"),
+              "agent loop (loop.py)": ("runtime/loop.py",),
+              "tools (tools.py, demo_tools.py)": ("runtime/tools.py", "runtime/demo_tools.py"),
+              "argument validation (jsonschema)": ("jsonschema/", "referencing/", "rpds"),
+              "trace (trace.py)": ("runtime/trace.py",),
+              "asyncio (tasks, wait_for, event loop)": ("asyncio/", "selectors.py", "contextvars"),
+              "json, re, uuid, dataclasses": ("json/", "re/", "uuid.py", "dataclasses.py", "method 'sub'",
+                                              "method 'findall'", "method 'search'")}
+    shares = dict.fromkeys(groups, 0.0)
+    shares["other (builtins, scripted model, benchmark loop)"] = 0.0
+    for (file, _line, function), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        where = f"{file}:{function}"
+        label = next((label for label, needles in groups.items() if any(n in where for n in needles)),
+                     "other (builtins, scripted model, benchmark loop)")
+        shares[label] += tottime
+    total = sum(shares.values())
+    calls = sum(v[1] for v in stats.values()) / 200
+    print(f"  where it goes (cProfile self time by component, 200 turns, {calls:.0f} Python calls a turn):")
+    for label, spent in sorted(shares.items(), key=lambda kv: -kv[1]):
+        print(f"    {label:<56} {100 * spent / total:5.1f}%")
 
 
 def free_port() -> int:
@@ -148,6 +211,7 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--skip-api", action="store_true")
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     args = parser.parse_args()
     bench_runtime(args.turns)
     if not args.skip_api:

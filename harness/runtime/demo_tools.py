@@ -1,4 +1,7 @@
-"""The demo room's builtin tools (`demo.*`), answering from the room context the platform sent."""
+"""The demo room's builtin tools (`demo.*`), answering from the room context the platform sent.
+
+All are in-memory lookups over the room, so they run inline on the event loop (see `register_builtin`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ def _words(text: str) -> set[str]:
     return {w for w in "".join(c.lower() if c.isalnum() else " " for c in text).split() if len(w) > 2}
 
 
-@register_builtin("demo.get_product_info_by_link_id")
+@register_builtin("demo.get_product_info_by_link_id", inline=True)
 def get_product_info_by_link_id(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     product = ctx.room.product(args["link_id"])
     if product is None:
@@ -21,7 +24,7 @@ def get_product_info_by_link_id(args: Mapping[str, Any], ctx: ToolContext) -> di
     return dict(product)
 
 
-@register_builtin("demo.search_products")
+@register_builtin("demo.search_products", inline=True)
 def search_products(args: Mapping[str, Any], ctx: ToolContext) -> list[dict]:
     query = _words(str(args.get("query", "")))
     scored = []
@@ -34,7 +37,7 @@ def search_products(args: Mapping[str, Any], ctx: ToolContext) -> list[dict]:
     return [{k: p.get(k) for k in ("link_id", "name", "price", "promo_price")} for _, p in scored[:5]]
 
 
-@register_builtin("demo.search_faq")
+@register_builtin("demo.search_faq", inline=True)
 def search_faq(args: Mapping[str, Any], ctx: ToolContext) -> list[dict]:
     query = _words(str(args.get("query", "")))
     scored = sorted(((len(query & _words(f"{e.get('q', '')} {e.get('a', '')}")), e) for e in ctx.room.faq),
@@ -42,7 +45,7 @@ def search_faq(args: Mapping[str, Any], ctx: ToolContext) -> list[dict]:
     return [dict(entry) for score, entry in scored[:3] if score]
 
 
-@register_builtin("demo.get_promotion")
+@register_builtin("demo.get_promotion", inline=True)
 def get_promotion(args: Mapping[str, Any], ctx: ToolContext) -> list[dict]:
     link_id = args.get("link_id")
     promotions = [dict(p) for p in ctx.room.promotions if not link_id or link_id in (p.get("link_ids") or [])]
@@ -51,7 +54,7 @@ def get_promotion(args: Mapping[str, Any], ctx: ToolContext) -> list[dict]:
     return promotions
 
 
-@register_builtin("demo.get_order_status")
+@register_builtin("demo.get_order_status", inline=True)
 def get_order_status(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     order = next((o for o in ctx.room.orders if o.get("order_id") == args["order_id"]), None)
     if order is None:
@@ -62,7 +65,7 @@ def get_order_status(args: Mapping[str, Any], ctx: ToolContext) -> dict:
 
 
 # The coupon code is derived from (room, viewer, item, discount), so a repeated call issues the same coupon.
-@register_builtin("demo.issue_coupon", idempotent=True)
+@register_builtin("demo.issue_coupon", idempotent=True, inline=True)
 def issue_coupon(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     link_id, pct = args["link_id"], int(args["discount_pct"])
     if ctx.room.product(link_id) is None:
@@ -71,7 +74,7 @@ def issue_coupon(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     return {"coupon_code": f"LIVE-{code}", "link_id": link_id, "discount_pct": pct, "valid_hours": 24}
 
 
-@register_builtin("demo.adjust_presentation_order")
+@register_builtin("demo.adjust_presentation_order", inline=True)
 def adjust_presentation_order(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     if ctx.room.product(args["link_id"]) is None:
         raise ToolError(f"no product with link id {args['link_id']} in this room")

@@ -73,7 +73,8 @@ class _Compiled:
         condition = hook.condition
         self.kind = condition.kind
         if self.kind == "cel":
-            self.program = _cel_program(condition.expr)
+            self.program, self.names = _cel_program(condition.expr)
+            self.memo: dict[tuple, bool] = {}
         elif self.kind == "regex":
             flags = 0
             for letter in condition.flags:
@@ -89,12 +90,12 @@ class _Compiled:
         if self.rewrite:
             self.rewrite_regex = re.compile(self.rewrite["pattern"])
 
-    def fires(self, context: Mapping[str, Any], activation: Callable[[], Any]) -> bool:
+    def fires(self, context: Mapping[str, Any], activation: Callable[[frozenset[str]], Any]) -> bool:
         condition: Condition = self.hook.condition
         if self.kind == "always":
             return True
         if self.kind == "cel":
-            return bool(self.program.evaluate(activation()))
+            return self._cel_fires(context, activation)
         value = _field(context, condition.field)
         if self.kind == "regex":
             return value is not None and self.regex.search(str(value)) is not None
@@ -104,11 +105,57 @@ class _Compiled:
         return (self.low is not None and size < self.low) or (self.high is not None and size > self.high)
 
 
+    def _cel_fires(self, context: Mapping[str, Any], activation: Callable[[frozenset[str]], Any]) -> bool:
+        # CEL is pure: the same values of the names it reads give the same answer, so answers are
+        # remembered per compiled hook (bounded). Most turns repeat a handful of inputs (no error,
+        # no ungrounded number), and cel-python's tree-walking interpreter costs ~0.3–1 ms a call.
+        # settings and vars are left out of the key: they are fixed for this spec version's engine.
+        key = _memo_key({name: context[name] for name in self.names - _FIXED_NAMES if name in context})
+        fired = self.memo.get(key) if key is not None else None
+        if fired is None:
+            fired = bool(self.program.evaluate(activation(self.names)))  # errors are never remembered
+            if key is not None and len(self.memo) < CEL_MEMO_SIZE:
+                self.memo[key] = fired
+        return fired
+
+
+CEL_MEMO_SIZE = 512  # answers remembered per hook; past it new inputs are evaluated every time
+_FIXED_NAMES = frozenset({"settings", "vars"})
+_MEMO_KEY_BUDGET = 256  # scalars and containers walked at most; bigger inputs are evaluated every time
+
+
+def _memo_key(values: Mapping[str, Any]) -> tuple | None:
+    """A hashable, type-exact image of JSON-like values (CEL tells 1, 1.0 and true apart), or None."""
+    budget = [_MEMO_KEY_BUDGET]
+
+    def image(value: Any) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise OverflowError
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return (type(value).__name__, value)
+        if isinstance(value, Mapping):
+            return ("map", tuple(sorted((str(k), image(v)) for k, v in value.items())))
+        if isinstance(value, (list, tuple)):
+            return ("list", tuple(image(v) for v in value))
+        raise OverflowError  # anything else (dates, bytes…): not remembered
+
+    try:
+        return tuple((name, image(value)) for name, value in sorted(values.items()))
+    except OverflowError:
+        return None
+
+
 def _cel_program(expr: str):
-    # cel-python's CompiledRunner would be ~3.5× faster but fails to transpile expressions such as
-    # `size(x) > 0` (cel-python 0.5), so the interpreter it is.
+    """The program and the identifiers it may read (a superset: field and macro names too).
+
+    cel-python's CompiledRunner would be faster but fails to transpile expressions such as
+    `size(x) > 0` (cel-python 0.5), so the interpreter it is, compiled once per spec version.
+    """
     env = celpy.Environment()
-    return env.program(env.compile(expr))
+    ast = env.compile(expr)
+    names = frozenset(str(token) for token in ast.scan_values(lambda v: getattr(v, "type", None) == "IDENT"))
+    return env.program(ast), names
 
 
 def _bound(value: int | str | None, constants: Mapping[str, Any]) -> int | None:
@@ -149,19 +196,24 @@ class HookEngine:
         for hook in hooks:
             self.by_event.setdefault(hook.event, []).append(_Compiled(hook, constants))
         self.max_retries = {h.name: h.max_retries for h in spec.hooks}
+        # Converted to CEL values once: every event's activation shares them.
+        self.cel_fixed = {"settings": celpy.json_to_cel(self.settings), "vars": celpy.json_to_cel(self.variables)}
 
     def run(self, event: str, context: dict[str, Any], *, tool: str | None = None, value_key: str | None = None
             ) -> HookOutcome:
         """Evaluate `event`'s hooks on `context`. `value_key` names the field a rewrite changes (e.g. `reply`)."""
         context = {**context, "settings": self.settings, "vars": self.variables}
         outcome = HookOutcome(value=context.get(value_key) if value_key else None)
-        converted: list = []
+        converted: dict[str, Any] = {}
 
-        def activation():
-            # CEL values are built once per event (and again only after a rewrite changed the context).
-            if not converted:
-                converted.append(celpy.json_to_cel(dict(context)))
-            return converted[0]
+        def activation(names: frozenset[str]) -> dict[str, Any]:
+            # Only the names a condition reads are converted to CEL values, each once per event
+            # (again only after a rewrite changed the context); settings and vars once per spec.
+            for name in names:
+                if name not in converted and name in context:
+                    fixed = self.cel_fixed.get(name)  # context's settings/vars are always this engine's
+                    converted[name] = fixed if fixed is not None else celpy.json_to_cel(context[name])
+            return {name: converted[name] for name in names if name in converted}
 
         for compiled in self.by_event.get(event, ()):
             hook = compiled.hook

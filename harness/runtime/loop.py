@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -22,7 +23,7 @@ from harness.runtime.tools import ToolContext, ToolOutcome, ToolRegistry
 from harness.runtime.trace import TraceRecorder
 from harness.runtime.turn import TurnInput, TurnResult
 from harness.spec import HarnessSpec
-from harness.spec.prompt import openai_tools
+from harness.spec.prompt import shared_openai_tools
 from serving.backends.base import BackendError, ModelBackend, ModelResponse, ToolCall
 
 # A spoken reply is at most reply_max_chars (~3 characters a token, generously) plus room for a
@@ -92,7 +93,7 @@ class _Turn:
             raise self._fallback(outcome.describe("input"), outcome.message)
 
         messages = assemble_messages(self.spec, turn, self.now)
-        tools = openai_tools(self.spec)
+        tools = shared_openai_tools(self.spec)  # read-only, shared by every turn of this spec version
         calls_this_attempt = 0
         while True:
             # The last call of an attempt may not call tools: the model must answer now.
@@ -177,7 +178,7 @@ class _Turn:
             tool = self.spec.tool(call.name)
         except KeyError:
             return _tool_error(step, f"unknown tool {call.name!r}; call one of the listed tools")
-        problem = next(iter(jsonschema.Draft202012Validator(tool.parameters).iter_errors(args)), None)
+        problem = next(iter(_argument_validator(self.spec, tool.name).iter_errors(args)), None)
         if problem is not None:
             where = ".".join(str(p) for p in problem.absolute_path) or "arguments"
             return _tool_error(step, f"invalid arguments: {where}: {problem.message}")
@@ -222,6 +223,12 @@ class _Turn:
         self.trace.skills_loaded.append(name)
         step.update(result={"skill": name, "kind": skill.kind})
         return skill.body
+
+
+@lru_cache(maxsize=1024)
+def _argument_validator(spec: HarnessSpec, tool: str) -> jsonschema.Draft202012Validator:
+    """A tool's argument validator, built once per spec version (specs hash by content)."""
+    return jsonschema.Draft202012Validator(spec.tool(tool).parameters)
 
 
 def _tool_error(step: dict[str, Any], message: str, **extra: Any) -> str:

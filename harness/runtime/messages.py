@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from harness.runtime.turn import TurnInput
@@ -50,14 +51,19 @@ def room_values(turn: TurnInput, now: datetime | None = None) -> dict[str, str]:
     }
 
 
-def assemble_messages(spec: HarnessSpec, turn: TurnInput, now: datetime | None = None) -> list[dict[str, Any]]:
-    values = {
-        **room_values(turn, now),
+@lru_cache(maxsize=128)
+def _spec_values(spec: HarnessSpec) -> dict[str, Any]:
+    """The template values a spec version fixes (settings, variables, catalogues): built once per version."""
+    return {
         **asdict(spec.settings),
         **spec.variables,
         "skills_catalogue": skills_catalogue(spec),
         "tools_catalogue": tools_catalogue(spec),
     }
+
+
+def assemble_messages(spec: HarnessSpec, turn: TurnInput, now: datetime | None = None) -> list[dict[str, Any]]:
+    values = {**room_values(turn, now), **_spec_values(spec)}
     system = [render_template(b.template, values) for b in spec.prompt if b.cache_tier != "turn"]
     dynamic = [render_template(b.template, values) for b in spec.prompt if b.cache_tier == "turn"]
     user = "\n\n".join([*dynamic, f"[viewer {turn.viewer_id}] {turn.message}"])

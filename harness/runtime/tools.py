@@ -73,19 +73,25 @@ class ToolOutcome:
 Builtin = Callable[[Mapping[str, Any], ToolContext], Any | Awaitable[Any]]
 _BUILTINS: dict[str, Builtin] = {}
 _IDEMPOTENT_BUILTINS: set[str] = set()
+_INLINE_BUILTINS: set[str] = set()
 
 
-def register_builtin(target: str, *, idempotent: bool = False) -> Callable[[Builtin], Builtin]:
+def register_builtin(target: str, *, idempotent: bool = False, inline: bool = False
+                     ) -> Callable[[Builtin], Builtin]:
     """Register a Python callable as binding target `target` (used by `binding.kind: builtin`).
 
     `idempotent=True` promises that the callable honours `ctx.idempotency_key` (a repeated key does not
     write again), which is what allows a `side_effect: write` tool bound to it to be retried.
+    `inline=True` promises a synchronous callable that never blocks (no I/O, microseconds of work): it
+    runs on the event loop instead of a worker thread, whose hand-off costs more than such a call.
     """
 
     def decorator(fn: Builtin) -> Builtin:
         _BUILTINS[target] = fn
         if idempotent:
             _IDEMPOTENT_BUILTINS.add(target)
+        if inline:
+            _INLINE_BUILTINS.add(target)
         return fn
 
     return decorator
@@ -177,6 +183,8 @@ class ToolRegistry:
         fn = self.overrides.get(target) or self.overrides.get(f"{kind}:{target}")
         if fn is None and kind == "builtin":
             fn = _BUILTINS.get(target)
+            if fn is not None and target in _INLINE_BUILTINS and not inspect.iscoroutinefunction(fn):
+                return _inline(fn)
         if fn is None and kind == "http":
             return lambda args, ctx: self._http_call(target, args, ctx.idempotency_key)
         if fn is None:
@@ -267,6 +275,13 @@ class ToolRegistry:
             return json.loads(body)
         except ValueError as exc:
             raise ValueError(f"response is not JSON ({exc})") from None
+
+
+def _inline(fn: Builtin) -> Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]:
+    async def call(args: Mapping[str, Any], ctx: ToolContext) -> Any:
+        return fn(args, ctx)
+
+    return call
 
 
 def _ms(started: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import asdict
+from functools import lru_cache
 from html import escape
 from typing import Any
 
@@ -18,7 +19,7 @@ from harness.spec.model import RUNTIME_VARIABLES, HarnessSpec
 from harness.spec.template import render_template
 
 __all__ = ["skills_catalogue", "tools_catalogue", "render_template", "render_system_prompt",
-           "openai_tools", "load_skill_definition"]
+           "openai_tools", "shared_openai_tools", "load_skill_definition"]
 
 LOAD_SKILL_DESCRIPTION = (
     "Load a skill's full rules by name. Call it when a skill in <available_skills> matches the "
@@ -27,6 +28,7 @@ LOAD_SKILL_DESCRIPTION = (
 BLOCK_SEPARATOR = "\n\n"
 
 
+@lru_cache(maxsize=128)
 def skills_catalogue(spec: HarnessSpec) -> str:
     """The `<available_skills>` block of the Agent Skills integration guide, with `kind` for `location`."""
     entries = "".join(
@@ -40,9 +42,10 @@ def skills_catalogue(spec: HarnessSpec) -> str:
     return f"<available_skills>\n{entries}</available_skills>"
 
 
+@lru_cache(maxsize=128)
 def tools_catalogue(spec: HarnessSpec) -> str:
     """One `- name: description` line per tool the model can call, by name."""
-    tools = [(tool["function"]["name"], tool["function"]["description"]) for tool in openai_tools(spec)]
+    tools = [(tool["function"]["name"], tool["function"]["description"]) for tool in shared_openai_tools(spec)]
     return "\n".join(f"- {name}: {' '.join(description.split())}" for name, description in tools)
 
 
@@ -72,6 +75,17 @@ def openai_tools(spec: HarnessSpec) -> list[dict[str, Any]]:
 
     `load_skill` is left out when the spec has no skills, since it could
     load nothing. The result is a deep copy; callers may change it freely.
+    """
+    return copy.deepcopy(shared_openai_tools(spec))
+
+
+@lru_cache(maxsize=128)
+def shared_openai_tools(spec: HarnessSpec) -> list[dict[str, Any]]:
+    """`openai_tools`, built once per spec version and shared by every turn: callers must not change it.
+
+    The runtime hands it to the backend on every model call; copying the definitions each
+    turn cost more than the rest of prompt assembly (specs hash by content, so a new version
+    builds its own list).
     """
     tools = [copy.deepcopy(openai_definition(tool)) for tool in spec.tools]
     if spec.skills:

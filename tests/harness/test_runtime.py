@@ -510,3 +510,48 @@ def test_demo_harness_end_to_end(demo_files):
     spam = asyncio.run(run_turn(demo, TurnInput(message="follow4follow check my channel", viewer_id="x", room=room),
                                 ScriptedBackend([])))
     assert spam.silent and spam.outcome == "silent"
+
+
+# --- compiled once, remembered answers --------------------------------------------------------------
+
+def test_remembered_cel_answers_tell_types_apart_and_errors_are_never_remembered():
+    from harness.runtime.hooks import HookEngine
+
+    cap = hook("cap", "pre_tool", Condition.cel("args.pct == vars.cap"), "deny", "Not that one.")
+    engine = HookEngine(dataclasses.replace(make_spec(hooks=[cap]), variables={"cap": 1}))
+    decide = lambda args: engine.run("pre_tool", {"tool": "coupon", "args": args}, tool="coupon")  # noqa: E731
+    for _ in range(2):  # the second round answers from memory, and must answer the same
+        assert decide({"pct": 1}).action == "deny"
+        assert decide({"pct": 2}).action == "allow"
+        # 1.0 == 1 in Python (same hash), but `1.0 == 1` has no CEL overload: pre_tool fails closed
+        # instead of reusing the remembered answer for 1.
+        outcome = decide({"pct": 1.0})
+        assert outcome.failed_closed and "no such overload" in outcome.decisions[0].error
+    assert len(engine.by_event["pre_tool"][0].memo) == 2  # 1 and 2; the error was evaluated twice, not stored
+
+
+def test_shared_tool_definitions_are_built_once_and_copies_stay_independent():
+    from harness.spec.prompt import openai_tools, shared_openai_tools
+
+    spec = make_spec(tools=[tool("info")])
+    assert shared_openai_tools(spec) is shared_openai_tools(spec)
+    copy_ = openai_tools(spec)
+    copy_[0]["function"]["name"] = "changed"
+    assert shared_openai_tools(spec)[0]["function"]["name"] == "info"
+
+
+def test_inline_demo_builtins_answer_without_a_worker_thread():
+    import threading
+
+    from harness.runtime.tools import ToolContext, register_builtin
+
+    seen = []
+
+    @register_builtin("test.inline_probe", inline=True)
+    def probe(args, ctx):
+        seen.append(threading.current_thread() is threading.main_thread())
+        return {"ok": True}
+
+    outcome = asyncio.run(ToolRegistry().execute(tool("probe", target="test.inline_probe"), {"link_id": "L001"},
+                                                 ToolContext(room=ROOM, viewer_id="v1")))
+    assert outcome.result == {"ok": True} and seen == [True]
