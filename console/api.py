@@ -12,6 +12,8 @@ from serving.api import router as serving_router
 from serving.auth import ApiKeyAuth
 from serving.experiments.services import ExperimentError
 from serving.services import ReplyRequestError
+from training.api import router as training_router
+from training.services import TrainingError
 
 api = NinjaAPI(
     title="HarnessOps platform API",
@@ -22,6 +24,7 @@ api = NinjaAPI(
 )
 api.add_router("/v1", harness_router)
 api.add_router("/v1", serving_router)
+api.add_router("/v1", training_router)
 
 
 @api.exception_handler(SpecInvalid)
@@ -44,6 +47,12 @@ def _conflict(request, exc: CommitConflict):
 @api.exception_handler(ExperimentError)
 def _store_error(request, exc: Exception):
     return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
+
+
+@api.exception_handler(TrainingError)
+def _training_invalid(request, exc: TrainingError):
+    return api.create_response(request, {"detail": str(exc), "errors": [{"path": exc.field, "message": str(exc)}]},
+                               status=422)
 
 
 @api.exception_handler(ImproperlyConfigured)

@@ -3,7 +3,7 @@ from django.http import JsonResponse
 from django.urls import path
 
 from console.api import api
-from console.views import evaluation, experiments, harness, serving, workspace
+from console.views import evaluation, experiments, harness, serving, training, workspace
 
 
 def healthz(request):
@@ -45,6 +45,14 @@ urlpatterns = [
     path(ws + "eval/runs/<int:run_id>/results/<int:result_id>/", evaluation.eval_result_detail,
          name="eval_result_detail"),
     path(ws + "traces/<str:trace_id>/", serving.trace_detail, name="trace_detail"),
+    path(ws + "training/", training.training_home, name="training_home"),
+    path(ws + "training/jobs/", training.training_job_create, name="training_job_create"),
+    path(ws + "training/jobs/<int:job_id>/", training.training_job_detail, name="training_job_detail"),
+    path(ws + "training/jobs/<int:job_id>/cancel/", training.training_job_cancel, name="training_job_cancel"),
+    path(ws + "training/checkpoints/<int:checkpoint_id>/promote/", training.checkpoint_promote,
+         name="checkpoint_promote"),
+    path(ws + "training/matrix/", training.matrix_create, name="matrix_create"),
+    path(ws + "training/matrix/<int:matrix_id>/", training.matrix_detail, name="matrix_detail"),
     path(h, harness.harness_detail, name="harness_detail"),
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),
     path(h + "v/<int:number>/export.zip", harness.version_export, name="version_export"),

@@ -35,7 +35,7 @@ def evaluation_home(request):
     return render(request, "evaluation/home.html", {
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
         "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
-        "backends": available_backends(),
+        "backends": available_backends(request.workspace),
     })
 
 

@@ -58,7 +58,15 @@ CONSOLE = {
     "experiment_new": ("POST", "write"),
     "experiment_detail": ("GET", "read"),
     "experiment_action": ("POST", "write"),
+    "training_home": ("GET", "read"),
+    "training_job_create": ("POST", "write"),
+    "training_job_detail": ("GET", "read"),
+    "training_job_cancel": ("POST", "write"),
+    "checkpoint_promote": ("POST", "approve"),
+    "matrix_create": ("POST", "write"),
+    "matrix_detail": ("GET", "read"),
 }
+TRAINING_IDS = ("job_id", "checkpoint_id", "matrix_id")
 PUBLIC = {"login", "logout", "healthz"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
              "admin": {"read", "write", "approve", "admin"}}
@@ -86,7 +94,7 @@ def console_url(name: str, ws: str, harness: str, key_id) -> str:
         kwargs["label"] = "staging"
     if "key_id" in params:
         kwargs["key_id"] = ids["key_id"]
-    for param in ("run_id", "result_id"):
+    for param in ("run_id", "result_id", *TRAINING_IDS):
         if param in params:
             kwargs[param] = ids[param]
     if "action" in params:
@@ -119,10 +127,22 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
         result = EvalResult.objects.create(run=run, case=version.cases.get(), category="ifeval", accuracy=1,
                                            effectiveness=1, judge_version="j", outcome="replied", latency_ms=1,
                                            trace={"steps": []})
-        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk}
+        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk, **training_objects(space, h, run)}
         Experiment.objects.create(workspace=space, key="exp-secret" if h.name == "secret" else f"exp-{space.slug}",
                                   seed="s", harness=h, created_by="t")
     return {"own_key": ids["acme"], "foreign_key": ids["rival"]}
+
+
+def training_objects(space, harness, run) -> dict:
+    """A finished training job with one checkpoint, and a matrix holding `run`, in `space`."""
+    from training.models import Checkpoint, CheckpointMatrix, TrainingJob
+
+    job = TrainingJob.objects.create(workspace=space, name="j", base_model="m", stages=["sft"], config={},
+                                     status="done", created_by="t")
+    checkpoint = Checkpoint.objects.create(workspace=space, job=job, stage="sft", base_model="m", path="/nowhere")
+    matrix = CheckpointMatrix.objects.create(workspace=space, set_version=run.set_version, created_by="t")
+    matrix.runs.set([run])
+    return {"job_id": job.pk, "checkpoint_id": checkpoint.pk, "matrix_id": matrix.pk}
 
 
 def url_params(name: str) -> set[str]:
@@ -168,7 +188,8 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     # Their objects (harness, key), reached through our workspace's URL.
     url = console_url(name, "acme", "secret", world["foreign_key"])
     foreign_object = "secret" in url or "t-rival" in url or "exp-rival" in url or any(
-        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id") if k in url_params(name))
+        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id", *TRAINING_IDS)
+        if k in url_params(name))
     if role != "outsider" and foreign_object:
         status = request(client, method, url).status_code
         _, capability = CONSOLE[name]
