@@ -50,8 +50,8 @@ def stop(process: subprocess.Popen) -> None:
             process.kill()
 
 
-def start_worker(**extra) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "celery"), "-A", "console", "worker", "-Q", "cpu", "--pool", "solo",
+def start_worker(*, queues: str = "cpu", **extra) -> subprocess.Popen:
+    return subprocess.Popen([str(BIN / "celery"), "-A", "console", "worker", "-Q", queues, "--pool", "solo",
                              "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"],
                             cwd=ROOT, env=child_env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

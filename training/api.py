@@ -1,6 +1,6 @@
 """Platform API for training: launch, list and cancel jobs (write/read scopes); list checkpoints."""
 
-from ninja import Router
+from ninja import Router, Status
 
 from console.access import READ, WRITE, require
 from training import selectors, services
@@ -52,7 +52,7 @@ def create_job(request, payload: JobIn):
         excluded_sets=services.resolve_eval_sets(workspace, payload.excluded_sets),
         simulator=payload.simulator.dict() if payload.simulator else None,
         imported_jsonl=payload.imported_jsonl, imported_name="api", base_checkpoint=base_checkpoint)
-    return 201, _job_out(_jobs(request).get(pk=job.pk))
+    return Status(201, _job_out(_jobs(request).get(pk=job.pk)))
 
 
 @router.get("/training/jobs", response=list[JobOut])

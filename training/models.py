@@ -82,6 +82,7 @@ class TrainingMetric(models.Model):
 
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="metric_rows")
     stage = models.CharField(max_length=32)
+    stage_index = models.PositiveSmallIntegerField(default=0, help_text="position in the job's stages")
     step = models.PositiveIntegerField()
     total_steps = models.PositiveIntegerField()
     values = models.JSONField()
@@ -111,7 +112,8 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        constraints = [models.UniqueConstraint(fields=["job", "stage"], name="one_checkpoint_per_job_stage")]
+        # A resumed job reports its finished stages again: the output directory identifies the checkpoint.
+        constraints = [models.UniqueConstraint(fields=["job", "path"], name="one_checkpoint_per_job_path")]
 
     def __str__(self) -> str:
         return f"checkpoint {self.pk} ({self.stage})"

@@ -30,7 +30,7 @@ def job_state(job: TrainingJob) -> dict:
 
 
 def metric_point(row: TrainingMetric) -> dict:
-    return {"stage": row.stage, "step": row.step, "total_steps": row.total_steps, "values": row.values,
+    return {"stage": row.stage, "stage_index": row.stage_index, "step": row.step, "total_steps": row.total_steps, "values": row.values,
             "at": row.created_at.isoformat()}
 
 

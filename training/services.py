@@ -220,7 +220,9 @@ class JobReporter:
         if self._stage_start is None or self._stage_start[0] != stage:
             self._stage_start, self._last_tokens = (stage, now, step), None
         _, started, first_step = self._stage_start
-        eta = (now - started) / (step - first_step) * (total - step) if step > first_step and total else None
+        eta = metrics.get("eta_s")  # the pipeline's own estimate when it gives one
+        if eta is None and step > first_step and total:
+            eta = (now - started) / (step - first_step) * (total - step)
         tokens_per_s = metrics.get("tokens_per_s")
         tokens = metrics.get("num_tokens")
         if tokens_per_s is None and tokens is not None:
@@ -229,15 +231,24 @@ class JobReporter:
             self._last_tokens = (now, float(tokens))
         return eta, tokens_per_s
 
+    def _stage_index(self, stage: str, step: int) -> int:
+        """Which of the job's stages is reporting (a job may run the same kind twice): the current one
+        while its steps go on, else the next stage of that kind."""
+        job, stages = self.job, list(self.job.stages)
+        current = job.stage_index
+        if current < len(stages) and stages[current] == stage and (job.stage != stage or step >= job.step):
+            return current
+        later = [i for i in range(current + 1, len(stages)) if stages[i] == stage]
+        return later[0] if later else (stages.index(stage) if stage in stages else current)
+
     def log(self, stage: str, step: int, total_steps: int, metrics: dict) -> None:
         values = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         eta, tokens_per_s = self._rates(stage, step, total_steps, values)
-        stages = list(self.job.stages)
-        row = TrainingMetric.objects.create(job=self.job, stage=stage, step=step, total_steps=total_steps,
-                                            values=_finite(values))
         job = self.job
+        job.stage_index = self._stage_index(stage, step)
         job.stage, job.step, job.total_steps, job.eta_s = stage, step, total_steps, eta
-        job.stage_index = stages.index(stage) if stage in stages else job.stage_index
+        row = TrainingMetric.objects.create(job=job, stage=stage, stage_index=job.stage_index, step=step,
+                                            total_steps=total_steps, values=_finite(values))
         if tokens_per_s is not None:
             job.tokens_per_s = tokens_per_s
         job.save(update_fields=["stage", "stage_index", "step", "total_steps", "eta_s", "tokens_per_s"])
@@ -254,9 +265,9 @@ class JobReporter:
         parent = (Checkpoint.objects.filter(workspace=job.workspace, path=str(result.parent_path)).first()
                   if result.parent_path else None)
         checkpoint, _ = Checkpoint.objects.update_or_create(
-            job=job, stage=result.stage,
+            job=job, path=str(result.path),
             defaults={"workspace": job.workspace, "parent": parent, "base_model": str(result.base_model),
-                      "path": str(result.path), "parent_path": str(result.parent_path or ""),
+                      "stage": result.stage, "parent_path": str(result.parent_path or ""),
                       "metrics": _finite(dict(result.metrics)), "data_lineage": _jsonable(result.data_lineage),
                       "harness_hashes": list(result.harness_hashes),
                       "resolved_config": _jsonable(result.resolved_config)})
@@ -344,6 +355,8 @@ def job_execute(*, job_id: int) -> str:
     A copy of the task delivered while another worker still holds the job waits for it: it returns when
     the job ends, and takes over (resuming from the last checkpoint) if the holder's heartbeat stops.
     """
+    from training.results import TrainingCancelled
+
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     while (claim := _claim(job_id, owner)) == "wait":
         time.sleep(settings.TRAINING_LEASE_S / 4)
@@ -358,6 +371,9 @@ def job_execute(*, job_id: int) -> str:
     with Lease(job_id, owner) as lease:
         try:
             results = _run(job, reporter, lease)
+        except TrainingCancelled as stopped:
+            reporter.line(str(stopped))
+            results = None
         except Exception as exc:
             log.exception("training job %s failed", job_id)
             TrainingJob.objects.filter(pk=job_id, lease_owner=owner).update(
@@ -370,11 +386,10 @@ def job_execute(*, job_id: int) -> str:
     if lease.lost.is_set():
         return "lost"  # another worker took the job over; it records the outcome
     job.refresh_from_db()
-    status = TrainingJob.Status.CANCELLED if job.cancel_requested else TrainingJob.Status.DONE
-    resolved = results[-1].resolved_config if results else job.resolved_config
+    status = TrainingJob.Status.CANCELLED if results is None else TrainingJob.Status.DONE
     TrainingJob.objects.filter(pk=job_id).update(status=status, finished_at=timezone.now(), eta_s=None,
-                                                 resolved_config=_jsonable(resolved), lease_owner="")
-    reporter.line(f"{status}: {len(results)} stage(s) registered")
+                                                 lease_owner="")
+    reporter.line(f"{status}: {job.checkpoints.count()} checkpoint(s) registered")
     job.refresh_from_db()
     publish_job_event(job_id, {"kind": "update", "job": job_state(job)})
     return status
@@ -394,6 +409,7 @@ def _run(job: TrainingJob, reporter: JobReporter, lease: Lease) -> list:
                           excluded_sets=list(job.excluded_sets.select_related("eval_set").order_by("pk")),
                           data_sources=job.data_sources, imported_path=imported_path)
     config = config_validate(data)
+    TrainingJob.objects.filter(pk=job.pk).update(resolved_config=_jsonable(config.to_dict(with_files=False)))
     last_check = [0.0, False]
 
     def should_stop() -> bool:

@@ -58,9 +58,9 @@ def load_checkpoint(path: Path | str, *, n_threads: int | None = None) -> Loaded
                 if (path / "adapter_config.json").is_file():
                     from peft import AutoPeftModelForCausalLM
 
-                    model = AutoPeftModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).merge_and_unload()
+                    model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch.float32).merge_and_unload()
                 else:
-                    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+                    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
                 tokenizer = AutoTokenizer.from_pretrained(path)
             except (OSError, ValueError) as error:
                 raise BackendError(f"could not load checkpoint {path}: {error}") from error
@@ -80,6 +80,7 @@ class TransformersBackend:
         `model_path` may be a callable that finds the directory then (off the event loop)."""
         self.model_path = model_path
         self.label = label or (Path(model_path).name if not callable(model_path) else "transformers")
+        self.name = label or "transformers"  # traces record which checkpoint answered
         self.n_threads = n_threads or int(os.environ.get("HARNESSOPS_TORCH_THREADS", "0")) or None
         self.max_context = max_context
 
