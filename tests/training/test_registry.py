@@ -20,7 +20,8 @@ from training import services
 from training.models import Checkpoint, CheckpointMatrix
 from training.services import TrainingError
 
-pytestmark = pytest.mark.django_db
+# The model loads (and finds its checkpoint row) in a worker thread with its own database connection.
+pytestmark = pytest.mark.django_db(transaction=True)
 SYSTEM = Actor.system("test")
 
 
@@ -54,19 +55,18 @@ def test_a_checkpoint_is_a_backend_of_its_workspace_only(workspace, foreign_work
         backend_for("transformers", workspace=workspace)
 
 
-def test_reply_api_answers_with_a_named_checkpoint(client, workspace, foreign_workspace, harness, checkpoint):
+def test_reply_api_answers_with_a_named_checkpoint(client, workspace, foreign_workspace, harness, checkpoint,
+                                                    settings):
+    settings.TRACE_WRITES = "sync"
     token = api_key_create(actor=SYSTEM, workspace=workspace, name="k", scopes=["read"])[1]
     room = json.loads((Path(__file__).resolve().parents[2] / "harness" / "demo" / "room.json").read_text())
     Room.objects.create(workspace=workspace, room_id="r1", harness=harness, context=room)
     url = "/api/v1/rooms/r1/reply"
-    body = {"message": "hello there", "viewer_id": "v1", "label": "production",
+    body = {"message": "hello there", "viewer_id": "v1", "version": 1,
             "backend": f"checkpoint:{checkpoint.pk}"}
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     response = client.post(url, json.dumps(body), content_type="application/json", **headers)
     assert response.status_code == 200, response.content
-    from serving.traces import trace_writer
-
-    trace_writer.flush()
     trace = Trace.objects.get(trace_id=response.json()["trace_id"])
     assert trace.backend == f"checkpoint:{checkpoint.pk}"
     foreign = Checkpoint.objects.create(workspace=foreign_workspace, stage="sft", base_model="m", path="/x")
@@ -119,3 +119,24 @@ def test_matrix_refuses_bad_requests_whole(workspace, foreign_workspace, harness
                                    harness_versions=versions, set_version=set_version)
         assert error.value.field == field
     assert CheckpointMatrix.objects.count() == 0 and EvalRun.objects.count() == 0
+
+
+def test_an_experiment_arm_answers_with_a_promoted_checkpoint(workspace, harness, checkpoint, settings):
+    from serving.experiments.services import ExperimentError, experiment_create, experiment_start
+    from serving.services import room_reply
+    settings.MODEL_BACKEND, settings.SCRIPTED_STEPS = "scripted", ["Hello from the default model!"]
+    settings.TRACE_WRITES = "sync"
+    name = f"checkpoint:{checkpoint.pk}"
+    arms = [{"name": "control", "weight": 0.001, "kind": "version", "version": 1},
+            {"name": "tuned", "weight": 0.999, "kind": "version", "version": 1, "backend": name}]
+    with pytest.raises(ExperimentError, match="not promoted"):
+        experiment_create(actor=SYSTEM, workspace=workspace, key="tuned-model", harness=harness, arms=arms)
+    services.checkpoint_promote(actor=SYSTEM, checkpoint=checkpoint)
+    experiment = experiment_create(actor=SYSTEM, workspace=workspace, key="tuned-model", harness=harness, arms=arms)
+    assert experiment.arms.get(name="tuned").backend == name
+    experiment_start(actor=SYSTEM, experiment=experiment)
+    room = json.loads((Path(__file__).resolve().parents[2] / "harness" / "demo" / "room.json").read_text())
+    outcome = room_reply(actor=SYSTEM, workspace=workspace, room_id="r1", message="hi!", viewer_id="viewer-7",
+                         room_context=room)
+    trace = Trace.objects.get(trace_id=outcome.result.trace["trace_id"])
+    assert trace.arm == "exp:tuned-model:tuned" and trace.backend == name
