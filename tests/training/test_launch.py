@@ -1,0 +1,82 @@
+"""accelerate launch commands for one GPU, one node of N GPUs, several nodes and DeepSpeed ZeRO."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.launch import CONFIGS, LaunchConfig, launch_command, launch_shell
+from training.validation import ConfigError
+
+JOB, OUT = Path("/jobs/7/config.json"), Path("/artifacts/7")
+
+
+def flags(argv):
+    """--flag value pairs before `-m` (accelerate's own options)."""
+    head = argv[2:argv.index("-m")]
+    parsed, i = {}, 0
+    while i < len(head):
+        if i + 1 < len(head) and not head[i + 1].startswith("--"):
+            parsed[head[i]] = head[i + 1]
+            i += 2
+        else:
+            parsed[head[i]] = True
+            i += 1
+    return parsed
+
+
+def test_single_gpu():
+    argv = launch_command(LaunchConfig(), job_config=JOB, artifacts_dir=OUT)
+    assert argv[:2] == ["accelerate", "launch"]
+    assert argv[argv.index("-m"):] == ["-m", "training.cli", "--config", str(JOB), "--artifacts-dir", str(OUT)]
+    options = flags(argv)
+    assert options["--config_file"].endswith("accelerate/single_gpu.yaml")
+    assert options["--num_processes"] == "1" and options["--num_machines"] == "1"
+    assert "--main_process_ip" not in options and "--use_deepspeed" not in options
+
+
+def test_one_node_eight_gpus():
+    options = flags(launch_command(LaunchConfig(gpus_per_node=8), job_config=JOB, artifacts_dir=OUT))
+    assert options["--config_file"].endswith("accelerate/multi_gpu.yaml")
+    assert options["--num_processes"] == "8" and options["--machine_rank"] == "0"
+    assert options["--main_process_port"] == "29500"
+
+
+def test_four_nodes_zero3_each_node_its_rank():
+    commands = [launch_command(LaunchConfig(gpus_per_node=8, num_nodes=4, node_rank=rank, main_process_ip="10.0.0.1",
+                                            deepspeed="zero3"), job_config=JOB, artifacts_dir=OUT)
+                for rank in range(4)]
+    for rank, argv in enumerate(commands):
+        options = flags(argv)
+        assert options["--num_processes"] == "32" and options["--num_machines"] == "4"
+        assert options["--machine_rank"] == str(rank) and options["--main_process_ip"] == "10.0.0.1"
+        assert options["--use_deepspeed"] is True
+        assert options["--deepspeed_config_file"].endswith("deepspeed/zero3.json")
+        assert options["--deepspeed_multinode_launcher"] == "standard"
+        assert options["--config_file"].endswith("accelerate/deepspeed.yaml")
+    assert len({tuple(c) for c in commands}) == 4
+    assert "--machine_rank 3" in launch_shell(LaunchConfig(gpus_per_node=8, num_nodes=4, node_rank=3,
+                                                           deepspeed="zero3"), job_config=JOB, artifacts_dir=OUT)
+
+
+def test_config_files_exist_and_parse():
+    for name in ("single_gpu", "multi_gpu", "deepspeed"):
+        data = yaml.safe_load((CONFIGS / "accelerate" / f"{name}.yaml").read_text())
+        assert data["compute_environment"] == "LOCAL_MACHINE"
+    for stage, name in ((2, "zero2"), (3, "zero3"), (3, "zero3_offload")):
+        data = json.loads((CONFIGS / "deepspeed" / f"{name}.json").read_text())
+        assert data["zero_optimization"]["stage"] == stage
+        assert data["train_micro_batch_size_per_gpu"] == "auto"  # the trainer's batch size wins
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"node_rank": 2, "num_nodes": 2}, "launch.node_rank"),
+    ({"deepspeed": "zero4"}, "launch.deepspeed"),
+    ({"gpus_per_node": 0}, "launch.gpus_per_node"),
+    ({"mixed_precision": "fp8"}, "launch.mixed_precision"),
+])
+def test_bad_launch_config_names_the_field(data, field):
+    with pytest.raises(ConfigError) as error:
+        LaunchConfig.from_dict(data)
+    assert error.value.field == field

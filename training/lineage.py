@@ -1,0 +1,71 @@
+"""Data lineage: a content hash per case, the guard against training on an eval set, and the record.
+
+A case's hash covers what the model sees and what it is graded on (room, viewer, message, dialogue,
+expected behaviour), not its id, suite or meta: the same viewer message in the same room copied into
+another set under a new id is still the same case. IFEval-style records hash their prompt.
+
+`check_disjoint(train, exclusions)` raises `LineageError` naming the eval set and the cases when any
+training case is one an eval set (that the job will be judged on) contains. `lineage_record()` is
+what every stage result stores: how many cases, their hashes' digest, and the exclusions checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# The parts of a Case that make it the same case (see module docstring).
+CASE_KEYS = ("room", "viewer_id", "message", "dialogue", "expected")
+
+
+class LineageError(ValueError):
+    """Training data overlaps an eval set the job will be judged on."""
+
+
+def case_content_hash(data: Mapping[str, Any]) -> str:
+    """sha256 of a case's content (a `Case.to_dict()` or an IFEval record with a `prompt`)."""
+    if "prompt" in data and "message" not in data:
+        content: Any = {"prompt": data["prompt"]}
+    else:
+        content = {key: data.get(key) for key in CASE_KEYS}
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def digest(hashes: Iterable[str]) -> str:
+    """One hash for a set of case hashes (order-independent)."""
+    return hashlib.sha256("\n".join(sorted(set(hashes))).encode()).hexdigest()
+
+
+def check_disjoint(train: Mapping[str, str], exclusions: Mapping[str, Iterable[str]]) -> None:
+    """Refuse training cases that an eval set contains.
+
+    train: case id → content hash of every training case.
+    exclusions: eval-set label (e.g. "lsqa@v2") → content hashes of its cases.
+    """
+    by_hash: dict[str, list[str]] = {}
+    for case_id, content in train.items():
+        by_hash.setdefault(content, []).append(case_id)
+    problems = []
+    for label, hashes in exclusions.items():
+        overlap = sorted(case_id for h in set(hashes) for case_id in by_hash.get(h, ()))
+        if overlap:
+            shown = ", ".join(overlap[:5]) + (f" and {len(overlap) - 5} more" if len(overlap) > 5 else "")
+            problems.append(f"{len(overlap)} training case(s) are in eval set {label}: {shown}")
+    if problems:
+        raise LineageError("training data overlaps the eval sets it will be judged on; " + "; ".join(problems))
+
+
+def lineage_record(train: Mapping[str, str], exclusions: Mapping[str, Iterable[str]], *,
+                   sources: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a stage trained on, stored with its result (JSON-ready)."""
+    return {
+        "cases": len(train),
+        "cases_digest": digest(train.values()),
+        "sources": sources,
+        "excluded_eval_sets": {label: {"cases": len(set(h)), "digest": digest(h)}
+                               for label, h in ((k, list(v)) for k, v in exclusions.items())},
+        "checked_disjoint": True,
+    }

@@ -1,0 +1,175 @@
+"""What a training job is: base model, harnesses, data, teacher and stages (`pipeline.py` runs it).
+
+`PipelineConfig.from_dict(data)` validates everything up front (the Django side calls it before it
+queues anything) and raises `ConfigError` whose `field` is the path of the bad value, e.g.
+`stages[2].config.num_generations` or `harnesses[0].files`. JSON shape (every key optional except
+`harnesses` and `stages`):
+
+    {
+      "model": {"base": "smollm2-135m-instruct", "finetune": "full", "device": "cpu"},
+      "harnesses": [{"label": "avatar@v3", "files": {"harness.yaml": "…", …}}],   # or {"label", "dir"}
+      "data": {"simulator_seed": 1, "simulator_cases": 24, "cases_jsonl": [],
+               "exclude": {"lsqa@v2": ["<case content hash>", …]}},
+      "trajectories": {"teacher": "oracle", "augmented_variants": 1, …},        # trajectories.TrajectoryConfig
+      "stages": [{"kind": "sft", "config": {…}}, {"kind": "opd", "config": {…}}, {"kind": "rl", "config": {…}}],
+      "seed": 0
+    }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.spec import HarnessSpec, SpecInvalid, parse_files, read_dir
+from training.opd_config import OpdConfig
+from training.rl_config import RlConfig
+from training.sft_config import SftConfig
+from training.stage_config import StageConfig
+from training.trajectories import TrajectoryConfig
+from training.validation import ConfigError, build, knob, require, to_dict
+
+STAGE_CONFIGS: dict[str, type[StageConfig]] = {"sft": SftConfig, "opd": OpdConfig, "rl": RlConfig}
+FINETUNE = ("full", "lora")
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    base: str = knob("smollm2-135m-instruct", "A base model name (training/base_models.py: smollm2-135m-instruct, "
+                                              "tiny-random-smollm2) or a Hugging Face model directory.")
+    finetune: str = knob("full", "full (every weight) or lora (peft adapters, merged into each stage's output).")
+    lora_r: int = knob(16, "LoRA rank.")
+    lora_alpha: int = knob(32, "LoRA alpha.")
+    lora_dropout: float = knob(0.05, "LoRA dropout.")
+    lora_target_modules: tuple[str, ...] = knob(("q_proj", "k_proj", "v_proj", "o_proj"), "Modules LoRA adapts.")
+    device: str = knob("auto", "cpu (use_cpu, fp32), cuda (bf16), or auto (cuda when available).")
+
+    def check(self) -> None:
+        require(self.base.strip() != "", "base", "must name a base model")
+        require(self.finetune in FINETUNE, "finetune", "must be full or lora")
+        require(1 <= self.lora_r <= 1024, "lora_r", "must be within 1..1024")
+        require(1 <= self.lora_alpha <= 4096, "lora_alpha", "must be within 1..4096")
+        require(0.0 <= self.lora_dropout < 1.0, "lora_dropout", "must be within [0, 1)")
+        require(len(self.lora_target_modules) > 0, "lora_target_modules", "name at least one module")
+        require(self.device in DEVICES, "device", "must be cpu, cuda or auto")
+
+
+@dataclass(frozen=True)
+class HarnessInput:
+    label: str = knob("", "How the console names this version (e.g. avatar@v3), recorded with each checkpoint.")
+    files: dict[str, str] = knob({}, "The version's canonical files (path → text).")
+    dir: str = knob("", "Or a harness directory on disk.")
+
+    def check(self) -> None:
+        require(self.label.strip() != "", "label", "must be set")
+        require(bool(self.files) != bool(self.dir), "files", "give exactly one of files or dir")
+
+    def spec(self) -> HarnessSpec:
+        return parse_files(self.files) if self.files else parse_files(read_dir(self.dir))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    simulator_seed: int = knob(0, "Seed of the simulator cases the teacher answers.")
+    simulator_cases: int = knob(24, "Simulator cases for HSA-SFT (0: only imported cases).")
+    simulator_rooms: int = knob(1, "Rooms those cases are spread over.")
+    cases_jsonl: tuple[str, ...] = knob((), "Imported JSONL files of cases (Case.to_dict() per line).")
+    exclude: dict[str, list[str]] = knob({}, "Eval-set label → content hashes of its cases "
+                                             "(training.lineage.case_content_hash): the job refuses data that "
+                                             "contains any of them.")
+
+    def check(self) -> None:
+        require(0 <= self.simulator_cases <= 1_000_000, "simulator_cases", "must be within 0..1000000")
+        require(1 <= self.simulator_rooms <= 10_000, "simulator_rooms", "must be within 1..10000")
+        for label, hashes in self.exclude.items():
+            require(isinstance(hashes, list) and all(isinstance(h, str) and len(h) == 64 for h in hashes),
+                    f"exclude.{label}", "must be a list of sha256 hex digests")
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    kind: str
+    config: StageConfig
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    model: ModelConfig
+    harnesses: tuple[HarnessInput, ...]
+    data: DataConfig
+    trajectories: TrajectoryConfig
+    stages: tuple[StageSpec, ...]
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PipelineConfig:
+        if not isinstance(data, Mapping):
+            raise ConfigError("config", "expected an object")
+        unknown = sorted(set(data) - {"model", "harnesses", "data", "trajectories", "stages", "seed"})
+        if unknown:
+            raise ConfigError(unknown[0], "unknown field; known fields: data, harnesses, model, seed, stages, "
+                                          "trajectories")
+        model = build(ModelConfig, data.get("model"), "model")
+        raw_harnesses = data.get("harnesses")
+        if not isinstance(raw_harnesses, list) or not raw_harnesses:
+            raise ConfigError("harnesses", "give at least one harness version")
+        harnesses = tuple(build(HarnessInput, h, f"harnesses[{i}]") for i, h in enumerate(raw_harnesses))
+        for index, harness in enumerate(harnesses):
+            try:
+                harness.spec()
+            except (SpecInvalid, OSError, ValueError) as error:
+                raise ConfigError(f"harnesses[{index}].{'files' if harness.files else 'dir'}",
+                                  f"not a valid harness: {error}") from None
+        data_config = build(DataConfig, data.get("data"), "data")
+        for index, path in enumerate(data_config.cases_jsonl):
+            if not Path(path).is_file():
+                raise ConfigError(f"data.cases_jsonl[{index}]", f"no such file: {path}")
+        trajectories = build(TrajectoryConfig, data.get("trajectories"), "trajectories")
+        raw_stages = data.get("stages")
+        if not isinstance(raw_stages, list) or not raw_stages:
+            raise ConfigError("stages", "give at least one stage (sft, opd, rl)")
+        stages = []
+        for index, stage in enumerate(raw_stages):
+            where = f"stages[{index}]"
+            if not isinstance(stage, Mapping):
+                raise ConfigError(where, "expected an object with kind and config")
+            extra = sorted(set(stage) - {"kind", "config"})
+            if extra:
+                raise ConfigError(f"{where}.{extra[0]}", "unknown field; known fields: config, kind")
+            kind = stage.get("kind")
+            if kind not in STAGE_CONFIGS:
+                raise ConfigError(f"{where}.kind", f"must be one of {', '.join(STAGE_CONFIGS)}")
+            stages.append(StageSpec(kind, build(STAGE_CONFIGS[kind], stage.get("config"), f"{where}.config")))
+        if data_config.simulator_cases == 0 and not data_config.cases_jsonl and any(s.kind == "sft" for s in stages):
+            raise ConfigError("data.simulator_cases", "the sft stage needs cases: simulator cases or cases_jsonl")
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError("seed", "expected an integer")
+        return cls(model=model, harnesses=harnesses, data=data_config, trajectories=trajectories,
+                   stages=tuple(stages), seed=seed)
+
+    def to_dict(self, *, with_files: bool = True) -> dict[str, Any]:
+        """JSON-ready; without files each harness is its label and content hash (what results store)."""
+        harnesses = []
+        for harness in self.harnesses:
+            if with_files:
+                harnesses.append(to_dict(harness))
+            else:
+                harnesses.append({"label": harness.label, "content_hash": harness.spec().content_hash})
+        return {"model": to_dict(self.model), "harnesses": harnesses, "data": to_dict(self.data),
+                "trajectories": to_dict(self.trajectories),
+                "stages": [{"kind": s.kind, "config": to_dict(s.config)} for s in self.stages], "seed": self.seed}
+
+    def fingerprint(self) -> str:
+        """sha256 of the whole config: an artifacts directory belongs to exactly one job config."""
+        text = json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,206 @@
+"""HSA-RL: TRL's GRPOTrainer in the live-room simulator, with segment advantages and dead groups dropped.
+
+Episodes (`data_prep._rl`) are simulator cases under the original harness or an HSA variant; each
+rollout is a whole agent turn through the runtime with sandbox tools that fail by injection
+(timeouts, malformed output, permission denials; `rl.fault_rate`), see `rollout.py`. Rewards are
+`rewards.py` functions by name.
+
+TRL settings (the HAT recipe): GDPO, `multi_objective_aggregation="normalize_then_sum"` (each reward
+normalised within its group before the weighted sum); GSPO, `importance_sampling_level="sequence"`
+with `loss_type="grpo"` (one length-normalised ratio per sequence); `scale_rewards="group"`.
+
+What TRL does not do, `HarnessGRPOTrainer` adds:
+
+- Zero-spread groups carry no gradient. A group whose every reward is identical across its
+  rollouts has nothing to compare. TRL gives it a zero advantage (when its rows are scorable) but
+  keeps the rows: they still count in the loss's mean over sequences, diluting the live groups'
+  gradient, and still receive the KL and entropy terms (trl#3708). The subclass zeroes those rows'
+  loss mask (`tool_mask`), takes the per-sequence mean over the rows that still have a trainable
+  token (`alive_mean_scale`), and logs `frac_dropped_zero_spread`. The batch keeps its shape (TRL
+  splits it into micro-batches of fixed size); no group is resampled to refill it.
+- Segments. TRL computes one advantage per completion. The report treats tool-call and reply
+  segments as independent advantage groups; TRL's loss accepts per-token advantages of shape (B, T)
+  (`_compute_loss` only unsqueezes 1-D ones), so with `segment_advantages` the subclass computes two
+  GDPO advantages per rollout, one from the rewards of each segment (`rewards.SEGMENT_OF`: tool
+  rationality, skill selection and the tool-call reasoning penalty → tool-call tokens; accuracy,
+  effectiveness and the reply reasoning penalty → reply tokens), and gives each token its segment's
+  advantage. What stays shared: the sequence-level importance ratio (GSPO) spans the whole turn, and a
+  rollout with no tool call simply has no tool-call tokens to credit.
+"""
+
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from harness.augmentation import HsaConfig, augment
+from harness.simulator.cases import Case
+from training.base_models import load_model, load_tokenizer, lora_config, save_stage_model
+from training.datasets import read_jsonl
+from training.rewards import SEGMENT_OF, reward_function
+from training.rl_config import FAULT_KINDS, RlConfig
+from training.rollout import Episode, HarnessRollout, prompt_key
+from training.stage_runtime import StageContext, StageFailed, summary_metrics, train_with_resume
+
+SEGMENT_CODES = {"tool": 1, "reply": 2}
+
+
+def _nanstd(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True).clamp(min=2)
+    var = torch.nansum((x - mean) ** 2, dim=dim, keepdim=True) / (count - 1)
+    std = var.sqrt()
+    return std if keepdim else std.squeeze(dim)
+
+
+def zero_spread_groups(rewards: torch.Tensor, num_generations: int, atol: float = 1e-6) -> torch.Tensor:
+    """(N,) bool: rows whose group of `num_generations` has no spread in any reward (NaNs ignored).
+
+    `rewards` is (N, K), rows ordered group by group as GRPO lays them out.
+    """
+    grouped = rewards.view(-1, num_generations, rewards.shape[1])
+    high = torch.where(torch.isnan(grouped), torch.full_like(grouped, -torch.inf), grouped).amax(dim=1)
+    low = torch.where(torch.isnan(grouped), torch.full_like(grouped, torch.inf), grouped).amin(dim=1)
+    spread = (high - low).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)  # a reward absent from the group: no spread
+    dead = (spread <= atol).all(dim=1)
+    return dead.repeat_interleave(num_generations)
+
+
+def gdpo_advantages(rewards: torch.Tensor, weights: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """GDPO as TRL computes it: each reward normalised within its group, weighted sum, batch-normalised.
+
+    Rows where every reward is NaN get 0.
+    """
+    grouped = rewards.view(-1, num_generations, rewards.shape[1])
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    std = _nanstd(grouped, dim=1, keepdim=True)
+    normalised = ((grouped - mean) / (std + 1e-4)).view(-1, rewards.shape[1])
+    summed = (normalised * weights.unsqueeze(0)).nansum(dim=1)
+    unscorable = torch.isnan(rewards).all(dim=1)
+    summed[unscorable] = torch.nan
+    centred = (summed - torch.nanmean(summed)) / (_nanstd(summed, dim=0) + 1e-4)
+    return torch.nan_to_num(centred, nan=0.0)
+
+
+def alive_mean_scale(completion_mask: torch.Tensor, loss_mask: torch.Tensor) -> float:
+    """Factor turning TRL's mean over all B sequences into a mean over the sequences with a trainable
+    token (0 when there is none: then the micro-batch carries no gradient at all)."""
+    alive = int(((completion_mask * loss_mask).sum(-1) > 0).sum())
+    return completion_mask.shape[0] / alive if alive else 0.0
+
+
+class HarnessGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer + zero-spread groups dropped + per-segment advantages (module docstring)."""
+
+    def __init__(self, *args, reward_segments: list[str], segment_advantages: bool, drop_zero_spread: bool,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reward_segments = reward_segments
+        self.segment_advantages = segment_advantages
+        self.drop_zero_spread = drop_zero_spread
+        self._last_rewards: torch.Tensor | None = None
+        self._last_segment_ids: list[list[int]] = []
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards = rewards
+        self._last_segment_ids = [list(example.get("segment_ids") or ()) for example in inputs]
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self._last_rewards is None:
+            return output
+        mode = "train" if self.model.training else "eval"
+        generations = self.num_generations if mode == "train" else self.num_generations_eval
+        local = len(output["completion_ids"])
+        rows = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+        completion_mask = output["completion_mask"]
+        if self.segment_advantages:
+            output["advantages"] = self._segment_advantages(generations, rows, completion_mask.shape[1])
+        if self.drop_zero_spread:
+            dead_all = zero_spread_groups(self._last_rewards, generations)
+            dead = dead_all[rows].to(completion_mask.device)
+            mask = output.get("tool_mask")
+            mask = torch.ones_like(completion_mask) if mask is None else mask.clone()
+            mask[dead] = 0
+            output["tool_mask"] = mask
+            self._metrics[mode]["frac_dropped_zero_spread"].append(dead_all.float().mean().item())
+        return output
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        if self.drop_zero_spread and self.loss_type in ("grpo", "sapo") and "tool_mask" in inputs:
+            loss = loss * alive_mean_scale(inputs["completion_mask"], inputs["tool_mask"])
+        return loss
+
+    def _segment_advantages(self, generations: int, rows: slice, length: int) -> torch.Tensor:
+        rewards = self._last_rewards
+        weights = self.reward_weights.to(rewards.device)
+        per_segment = {}
+        for segment in ("tool", "reply"):
+            columns = [i for i, s in enumerate(self.reward_segments) if s == segment]
+            if columns:
+                per_segment[segment] = gdpo_advantages(rewards[:, columns], weights[columns], generations)[rows]
+            else:
+                per_segment[segment] = torch.zeros(rows.stop - rows.start, device=rewards.device)
+        advantages = torch.zeros(rows.stop - rows.start, length, device=rewards.device)
+        for row, ids in enumerate(self._last_segment_ids):
+            codes = torch.tensor(ids[:length], device=rewards.device)
+            for segment, code in SEGMENT_CODES.items():
+                positions = torch.nonzero(codes == code).flatten()
+                advantages[row, positions] = per_segment[segment][row]
+        self._metrics["train" if self.model.training else "eval"]["advantage/tool_mean_abs"].append(
+            per_segment["tool"].abs().mean().item())
+        return advantages.to(self.accelerator.device)
+
+
+def build_episodes(context: StageContext, config: RlConfig) -> dict[str, Episode]:
+    hsa = HsaConfig(**context.prepared.report.get("hsa", {}))
+    rate = config.fault_rate / len(FAULT_KINDS)
+    fault_rates = {kind: rate for kind in FAULT_KINDS} if config.fault_rate else {}
+    episodes = {}
+    for index, row in enumerate(read_jsonl(context.prepared.path)):
+        spec = context.specs[row["harness_index"]]
+        if row["hsa_seed"] is not None:
+            spec = augment(spec, hsa, seed=row["hsa_seed"]).spec
+        if spec.content_hash != row["harness_hash"]:
+            raise StageFailed(f"rl: episode {index} was prepared under harness {row['harness_hash'][:12]}, "
+                              f"which this job's harnesses no longer produce")
+        episode = Episode(case=Case.from_dict(row["case"]), spec=spec, fault_rates=fault_rates,
+                          seed=context.seed * 100_003 + index)
+        episodes[prompt_key(episode.prompt())] = episode
+    return episodes
+
+
+def run_rl(config: RlConfig, context: StageContext) -> dict[str, float]:
+    input_dir = context.input_model_dir()
+    tokenizer = load_tokenizer(input_dir)
+    tokenizer.padding_side = "left"
+    episodes = build_episodes(context, config)
+    dataset = Dataset.from_list([{"prompt": episode.prompt()} for episode in episodes.values()])
+    args = GRPOConfig(**config.trainer_arguments(output_dir=str(context.trainer_dir), use_cpu=context.use_cpu,
+                                                 seed=context.seed),
+                      num_generations=config.num_generations, max_completion_length=config.max_completion_length,
+                      temperature=config.temperature, beta=config.beta, epsilon=config.epsilon, loss_type="grpo",
+                      importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum",
+                      scale_rewards="group", reward_weights=list(config.reward_weights) or None, use_vllm=False,
+                      log_completions=False)
+    rollout = HarnessRollout(episodes, tokenizer, max_new_tokens=config.max_new_tokens,
+                             temperature=config.temperature, max_completion_length=config.max_completion_length,
+                             deadline_s=config.turn_deadline_s)
+    reporter_callback, cancel_callback = context.callbacks()
+    trainer = HarnessGRPOTrainer(
+        model=load_model(input_dir, use_cpu=context.use_cpu),
+        reward_funcs=[reward_function(name) for name in config.rewards], args=args, train_dataset=dataset,
+        processing_class=tokenizer, rollout_func=rollout,
+        peft_config=lora_config(context.model) if context.model.finetune == "lora" else None,
+        callbacks=[reporter_callback, cancel_callback], reward_segments=[SEGMENT_OF[n] for n in config.rewards],
+        segment_advantages=config.segment_advantages, drop_zero_spread=config.drop_zero_spread_groups)
+    context.reporter.line(f"rl: {len(episodes)} episodes × {config.num_generations} rollouts, "
+                          f"rewards {', '.join(config.rewards)}")
+    train_with_resume(trainer, context, cancel_callback)
+    save_stage_model(trainer.model, tokenizer, context.model_dir, context.adapter_dir)
+    return {**summary_metrics(reporter_callback.history), "episodes": float(len(episodes)),
+            "rollouts": float(rollout.rollouts)}

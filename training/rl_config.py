@@ -1,0 +1,65 @@
+"""HSA-RL knobs (`rl.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from training.rewards import DEFAULT_REWARDS, reward_names
+from training.stage_config import StageConfig
+from training.validation import build, knob, require
+
+FAULT_KINDS = ("timeout", "malformed", "permission")
+
+
+@dataclass(frozen=True)
+class RlConfig(StageConfig):
+    learning_rate: float = knob(1e-6, "Peak learning rate.")
+    per_device_train_batch_size: int = knob(4, "Completions per device per micro-batch (a multiple of "
+                                               "num_generations keeps whole groups together).")
+    num_generations: int = knob(4, "Rollouts per prompt (the group GRPO normalises within), >= 2.")
+    cases: int = knob(16, "Simulator cases the rollouts are drawn from (seeded apart from the SFT cases).")
+    augmented_share: float = knob(0.5, "Share of episodes under an HSA-augmented harness; the rest use the "
+                                       "original (the report trains on both).")
+    fault_rate: float = knob(0.1, "Probability that a sandbox tool call fails by injection, split evenly over "
+                                  "timeout, malformed output and permission denial.")
+    temperature: float = knob(1.0, "Sampling temperature of the rollouts.")
+    max_new_tokens: int = knob(96, "Tokens per model call of a rollout.")
+    max_completion_length: int = knob(512, "Tokens of a whole turn (model calls plus tool results and hook "
+                                           "feedback). A longer turn is cut there and masked out of the loss.")
+    turn_deadline_s: float = knob(300.0, "Deadline of one rollout turn (generation on a CPU is slow).")
+    beta: float = knob(0.0, "KL coefficient against the stage's starting model (0: no reference model).")
+    epsilon: float = knob(3e-4, "Clipping range of the sequence-level ratio (GSPO uses a small one).")
+    rewards: tuple[str, ...] = knob(DEFAULT_REWARDS, "Reward functions by name (training/rewards.py).")
+    reward_weights: tuple[float, ...] = knob((), "One weight per reward (empty: all 1).")
+    segment_advantages: bool = knob(True, "Tool-call tokens and reply tokens get advantages from their own "
+                                          "rewards (rewards.SEGMENT_OF) instead of one per completion.")
+    drop_zero_spread_groups: bool = knob(True, "Groups whose rewards do not vary carry no gradient (TRL keeps "
+                                               "them; with GDPO's batch re-centring they would get a spurious one).")
+
+    def check(self) -> None:
+        super().check()
+        require(2 <= self.num_generations <= 64, "num_generations", "must be within 2..64")
+        require(self.per_device_train_batch_size % self.num_generations == 0, "per_device_train_batch_size",
+                "must be a multiple of num_generations")
+        require(1 <= self.cases <= 100_000, "cases", "must be within 1..100000")
+        require(0.0 <= self.augmented_share <= 1.0, "augmented_share", "must be within 0..1")
+        require(0.0 <= self.fault_rate <= 1.0, "fault_rate", "must be within 0..1")
+        require(0.0 < self.temperature <= 2.0, "temperature", "must be within (0, 2]")
+        require(1 <= self.max_new_tokens <= 8192, "max_new_tokens", "must be within 1..8192")
+        require(self.max_new_tokens <= self.max_completion_length <= 65536, "max_completion_length",
+                "must be within max_new_tokens..65536")
+        require(self.turn_deadline_s > 0, "turn_deadline_s", "must be positive")
+        require(self.beta >= 0, "beta", "must be >= 0")
+        require(0 < self.epsilon < 1, "epsilon", "must be within (0, 1)")
+        require(len(self.rewards) > 0, "rewards", "name at least one reward")
+        unknown = [name for name in self.rewards if name not in reward_names()]
+        require(not unknown, "rewards", f"unknown reward {unknown[0] if unknown else ''!r}; registered: "
+                                        f"{', '.join(reward_names())}")
+        require(not self.reward_weights or len(self.reward_weights) == len(self.rewards), "reward_weights",
+                "must be empty or one weight per reward")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str = "rl") -> RlConfig:
+        return build(cls, data, where)

@@ -1,0 +1,149 @@
+"""Teachers by name: who acts in a trajectory that HSA-SFT learns from.
+
+A teacher is a `ModelBackend` for one case (`teacher_for(name, case, config)`), so trajectories are
+produced by the same runtime (`harness.runtime.run_turn`) that serves viewers: hooks, tools, retries
+and the deadline all apply to the teacher exactly as they will to the trained model.
+
+- `oracle`: acts from the simulator's ground truth, offline and deterministic. It calls the expected
+  tools (arguments from the case, required free-text fields from the viewer's message), loads the
+  first expected reply skill, then replies with the expected facts. It reads every name from the case
+  it is given, so a case rewritten through an HSA mapping (`HsaMapping.rewrite_case`) makes it call
+  the tools and skills by their augmented names. With `mistake_rate` > 0 it sometimes replies before
+  loading a skill, so the harness's require-a-skill hook answers with feedback and the trajectory
+  holds a retry (what the retry policy in `trajectories.py` works on).
+- any other name: a registered model backend (`serving.backends`), e.g. `openai` pointed at a strong
+  model behind an OpenAI-compatible server; `config` is passed to its factory. One instance serves
+  every case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from harness.simulator.cases import Case
+from serving.backends import ModelBackend, ModelResponse, ToolCall, create_backend
+
+LOAD_SKILL = "load_skill"
+FEEDBACK_PREFIX = "[harness feedback]"
+
+TeacherFactory = Callable[[Case, Mapping[str, Any]], ModelBackend]
+_TEACHERS: dict[str, TeacherFactory] = {}
+
+
+def register_teacher(name: str) -> Callable[[TeacherFactory], TeacherFactory]:
+    def decorate(factory: TeacherFactory) -> TeacherFactory:
+        _TEACHERS[name] = factory
+        return factory
+
+    return decorate
+
+
+def teacher_names() -> list[str]:
+    return sorted(_TEACHERS)
+
+
+_SHARED: dict[tuple[str, str], ModelBackend] = {}
+
+
+def teacher_for(name: str, case: Case, config: Mapping[str, Any] | None = None) -> ModelBackend:
+    """The backend that acts for `case`: a per-case teacher (oracle) or a shared model backend."""
+    config = dict(config or {})
+    if name in _TEACHERS:
+        return _TEACHERS[name](case, config)
+    key = (name, json.dumps(config, sort_keys=True, default=str))
+    if key not in _SHARED:
+        _SHARED[key] = create_backend(name, **config)  # KeyError names the registered backends
+    return _SHARED[key]
+
+
+def _case_draw(case_id: str, salt: str) -> float:
+    """A stable draw in [0, 1) per case (resumed or repeated runs make the same choices)."""
+    return random.Random(hashlib.sha256(f"{salt}:{case_id}".encode()).hexdigest()).random()
+
+
+class OracleBackend:
+    """Acts from `case.expected` (see the module docstring). One instance per case."""
+
+    name = "oracle"
+
+    def __init__(self, case: Case, *, mistake: bool = False):
+        self.case = case
+        self.mistake = mistake
+        self.calls = 0
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
+                       temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
+        self.calls += 1
+        expected = self.case.expected
+        made = _calls_made(messages)
+        feedback = any(m.get("role") == "user" and str(m.get("content", "")).startswith(FEEDBACK_PREFIX)
+                       for m in messages)
+        schemas = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
+        if tool_choice != "none":
+            pending = [call for call in self._tool_calls(schemas) if (call.name, call.arguments) not in made]
+            if pending:
+                return ModelResponse(tool_calls=tuple(pending), tokens_out=20 * len(pending))
+            skill = expected.skills[0] if expected.skills else None
+            loaded = any(name == LOAD_SKILL for name, _ in made)
+            skip_skill = self.mistake and not feedback  # the deliberate slip the hook should catch
+            if skill and not loaded and not skip_skill:
+                call = ToolCall(id=f"oracle_{self.calls}_skill", name=LOAD_SKILL,
+                                arguments=json.dumps({"name": skill}))
+                return ModelResponse(tool_calls=(call,), tokens_out=12)
+        reply = self._reply()
+        return ModelResponse(content=reply, tokens_out=len(reply.split()))
+
+    def _tool_calls(self, schemas: Mapping[str, Mapping[str, Any]]) -> list[ToolCall]:
+        case, calls = self.case, []
+        wanted = [(c.name, dict(c.arguments)) for c in case.expected.tools]
+        any_of = [str(t) for t in case.meta.get("any_of_tools") or ()]
+        if any_of and not any(name in any_of for name, _ in wanted):
+            wanted.append((any_of[0], {}))
+        for index, (name, arguments) in enumerate(wanted):
+            schema = schemas.get(name)
+            if schema is None:
+                continue  # the harness given has no such tool: the judge will say so
+            arguments = self._complete_arguments(arguments, schema.get("parameters") or {})
+            calls.append(ToolCall(id=f"oracle_{index}", name=name,
+                                  arguments=json.dumps(arguments, ensure_ascii=False, sort_keys=True)))
+        return calls
+
+    def _complete_arguments(self, arguments: dict[str, Any], parameters: Mapping[str, Any]) -> dict[str, Any]:
+        """Fill required fields the ground truth leaves out (free-text queries, ids named in meta)."""
+        properties = parameters.get("properties") or {}
+        for field in parameters.get("required") or ():
+            if field in arguments:
+                continue
+            if field in self.case.meta and isinstance(self.case.meta[field], str):
+                arguments[field] = self.case.meta[field]
+            elif (properties.get(field) or {}).get("type") == "string":
+                arguments[field] = self.case.message[:200]
+        return arguments
+
+    def _reply(self) -> str:
+        facts = list(self.case.expected.facts)
+        if facts:
+            return f"Here's what I found: {', '.join(facts)}."
+        if self.case.meta.get("expects_question"):
+            return "Which item do you mean? Tell me the link number and I'll check it for you."
+        return "Thanks for watching! Ask me anything about the items in the stream."
+
+
+def _calls_made(messages: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    made = set()
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call)
+            made.add((str(function.get("name")), str(function.get("arguments"))))
+    return made
+
+
+@register_teacher("oracle")
+def oracle_teacher(case: Case, config: Mapping[str, Any]) -> ModelBackend:
+    """`config`: `mistake_rate` (0..1, default 0): share of cases whose first reply skips the skill."""
+    rate = float(config.get("mistake_rate", 0.0))
+    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate)
