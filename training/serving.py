@@ -14,9 +14,15 @@ from serving.backends.transformers_backend import TransformersBackend
 
 @cache
 def checkpoint_path(checkpoint_id: int) -> Path:
+    from django.db import connection
+
     from training.models import Checkpoint
 
-    path = Checkpoint.objects.filter(pk=checkpoint_id).values_list("path", flat=True).first()
+    try:
+        path = Checkpoint.objects.filter(pk=checkpoint_id).values_list("path", flat=True).first()
+    finally:
+        if not connection.in_atomic_block:  # a worker thread of the event loop: do not keep a connection
+            connection.close()
     if path is None:
         raise BackendError(f"no checkpoint:{checkpoint_id} is registered")
     return Path(path)

@@ -54,8 +54,11 @@ def _set_options(workspace, chosen=()) -> list[dict]:
 
 def _home(request, *, form=None, error: TrainingError | None = None, status: int = 200):
     workspace = request.workspace
+    jobs = list(selectors.jobs(workspace)[:100])
+    if request.htmx and request.method == "GET":  # the job table refreshing itself while jobs run
+        return render(request, "training/home.html#jobs", {"jobs": jobs, "any_active": any(j.active for j in jobs)})
     context = {
-        "jobs": selectors.jobs(workspace)[:100], "checkpoints": selectors.checkpoints(workspace)[:100],
+        "jobs": jobs, "any_active": any(j.active for j in jobs), "checkpoints": selectors.checkpoints(workspace)[:100],
         "matrices": selectors.matrices(workspace)[:20],
         "versions": _version_options(workspace, (form or {}).get("versions", ())),
         "sets": _set_options(workspace, (form or {}).get("excluded", ())),

@@ -194,6 +194,10 @@ def test_console_launch_form_shows_the_field_of_a_bad_config(client, members, wo
     assert response.status_code == 302 and response.url == f"/w/acme/training/jobs/{job.pk}/"
     page = client.get("/w/acme/training/").content.decode()
     assert "console-job" in page and "<progress" in page
+    # While a job is active the table refreshes itself as an htmx fragment.
+    fragment = client.get("/w/acme/training/", HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.lstrip().startswith('<div id="jobs-table"') and 'hx-trigger="every 3s"' in fragment
+    assert "<form" not in fragment and "console-job" in fragment
 
 
 def test_job_page_embeds_the_snapshot_and_loads_chart_js(client, members, workspace, mini):
@@ -207,6 +211,7 @@ def test_job_page_embeds_the_snapshot_and_loads_chart_js(client, members, worksp
 
 # --- Running the real pipeline in this process --------------------------------------------------------------
 
+@pytest.mark.timeout(1200)
 @pytest.mark.django_db(transaction=True)  # the job's heartbeat thread has its own database connection
 def test_a_job_runs_the_pipeline_and_registers_its_checkpoint(workspace, mini, settings, tmp_path):
     settings.TRAINING_ARTIFACTS_DIR = tmp_path

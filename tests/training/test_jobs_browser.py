@@ -13,6 +13,7 @@ from training.models import TrainingJob
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services, pytest.mark.browser]
 
 
+@pytest.mark.timeout(2400)  # real training steps on a shared 2-core machine
 def test_browser_launches_a_job_and_watches_its_curve_move(page, workspace, members, purge_queue_fixture, tmp_path):
     mini_harness(workspace)
     artifacts = {"HARNESSOPS_TRAINING_ARTIFACTS_DIR": str(tmp_path)}

@@ -88,6 +88,7 @@ def test_an_eval_run_evaluates_a_checkpoint(workspace, harness, checkpoint):
     assert model_steps and {s.get("backend") for s in model_steps} == {f"checkpoint:{checkpoint.pk}"}
 
 
+@pytest.mark.django_db  # no model loads here; the runs' tasks are captured, not sent
 def test_matrix_fans_out_one_run_per_cell_and_renders_a_heat_map(client, members, workspace, harness, checkpoint,
                                                                  django_capture_on_commit_callbacks):
     other = Checkpoint.objects.create(workspace=workspace, stage="rl", base_model="m", path=checkpoint.path,
@@ -108,6 +109,7 @@ def test_matrix_fans_out_one_run_per_cell_and_renders_a_heat_map(client, members
     assert "chartjs-chart-matrix-3.1.0.min.js" in page and "0.500" in page and "queued" in page
 
 
+@pytest.mark.django_db
 def test_matrix_refuses_bad_requests_whole(workspace, foreign_workspace, harness, checkpoint):
     set_version = eval_services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="hv",
                                                   suite="harness_variant", seed=6, n=1)
