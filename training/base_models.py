@@ -7,15 +7,17 @@ Names:
   size with seeded random weights, for fast tests and throughput checks.
 - anything else: a Hugging Face model directory (a GPU worker's base model, or a stage's output).
 
-A named base is written once as a Hugging Face directory under the job's artifacts (`base/`):
-dequantising the GGUF takes tens of seconds and the OPD stage needs the same base again as its
-teacher, so everything after the first load reads the directory.
+A named base is written once per machine as a Hugging Face directory (`model_cache()`,
+HARNESSOPS_MODEL_CACHE): dequantising the GGUF takes tens of seconds to minutes, and every job, the OPD
+stage's teacher and serving need the same base again, so everything after the first load reads it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +98,7 @@ def materialize_base(name_or_path: str, directory: Path, *, seed: int = 0) -> st
         if not Path(name_or_path).is_dir():
             raise FileNotFoundError(f"model.base: no such model directory: {name_or_path}")
         return name_or_path
-    target = directory / name_or_path
+    target = directory / (f"{name_or_path}-seed{seed}" if name_or_path == TINY else name_or_path)
     if (target / "config.json").is_file():
         return str(target)
     tokenizer = load_tokenizer(name_or_path)
@@ -104,14 +106,33 @@ def materialize_base(name_or_path: str, directory: Path, *, seed: int = 0) -> st
         torch.manual_seed(seed)
         model = LlamaForCausalLM(tiny_config(tokenizer))
     else:
-        path = gguf_path()
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        model = _from_gguf(gguf_path())
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    temporary = target.with_name(target.name + ".tmp")
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     model.save_pretrained(temporary)
     tokenizer.save_pretrained(temporary)
-    temporary.rename(target)
+    try:
+        temporary.rename(target)
+    except OSError:  # another process materialised it first: theirs is identical
+        shutil.rmtree(temporary, ignore_errors=True)
     return str(target)
+
+
+def _from_gguf(path: Path) -> Any:
+    """The GGUF's weights as a plain fp32 model (transformers marks a GGUF-loaded model as quantized and
+    refuses to save it, even dequantised; the same weights in a fresh module save and train normally)."""
+    loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = type(loaded)(config)
+    plain.load_state_dict(loaded.state_dict(), strict=True)
+    return plain
+
+
+def model_cache() -> Path:
+    """Where named bases are materialised once per machine (HARNESSOPS_MODEL_CACHE, default ~/.cache)."""
+    return Path(os.environ.get("HARNESSOPS_MODEL_CACHE") or Path.home() / ".cache" / "harnessops" / "models")
 
 
 def load_model(path: str, *, use_cpu: bool) -> Any:

@@ -119,10 +119,12 @@ class StageContext:
 
     @property
     def bases_dir(self) -> Path:
-        return self.directory.parent.parent / "base"
+        from training.base_models import model_cache
+
+        return model_cache()
 
     def input_model_dir(self) -> str:
-        """The input as a directory (a named base is written once under artifacts/base/)."""
+        """The input as a directory (a named base is materialised once per machine, base_models.model_cache)."""
         from training.base_models import materialize_base
 
         return materialize_base(self.input_model, self.bases_dir, seed=self.seed)

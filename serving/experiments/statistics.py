@@ -1,7 +1,8 @@
 """Experiment statistics on per-arm sufficient statistics, following GrowthBook's open-source engine.
 
-Spec: /work/shared/reference/ab-statistics.md. Sources (growthbook/growthbook; every formula below is tested
-against values GrowthBook publishes in its own tests, see tests/serving/test_ab_statistics.py):
+Sources: GrowthBook's public statistics engine `gbstats` (github.com/growthbook/growthbook,
+`packages/stats/gbstats`); every formula below is tested against values GrowthBook publishes in its own
+tests, see tests/serving/test_ab_statistics.py:
 
 - per-arm mean/variance: gbstats `SampleMeanStatistic` (packages/stats/gbstats/models/statistics.py);
 - ratio metrics: gbstats `RatioStatistic` + `utils.variance_of_ratios` (delta method with the M-D covariance);

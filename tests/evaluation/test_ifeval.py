@@ -1,7 +1,9 @@
-"""IFEval: the vendored official checkers, strict vs loose, the four metrics, the shipped mini set."""
+"""IFEval: lm-eval's official checkers (no download), strict vs loose, the four metrics, the shipped mini set."""
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import nltk
@@ -18,7 +20,8 @@ from evaluation.metrics.ifeval import (
     read_records,
     score_response,
 )
-from evaluation.metrics.ifeval import instructions_util as util
+from evaluation.metrics.ifeval.checkers import instructions_util as util
+from evaluation.metrics.ifeval.punkt_data import write_punkt_tab
 
 RECORDS = {r["key"]: r for r in mini_records()}
 
@@ -182,7 +185,7 @@ def test_bad_records_are_reported():
         check_record({"key": 1, "prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": []}, "x")
 
 
-# -- the vendored utilities and the Punkt data ----------------------------------------------------------
+# -- lm-eval's utilities and the Punkt data -------------------------------------------------------------
 
 @pytest.mark.parametrize("text, n", [
     ("xx,x. xx,x! xx/x. x{x}x? x.", 5),  # expectations of the upstream instructions_util_test.py
@@ -202,40 +205,59 @@ def test_count_words_and_split_into_sentences():
         "The U.S.A has many Ph.D. students.", "They will often haven a .com website."]
 
 
-def _write_punkt_tab(root: Path) -> None:
-    """The package's English tables in NLTK's punkt_tab file layout."""
+def test_the_checkers_use_lm_eval_not_a_copy():
+    assert {cls.__module__ for cls in INSTRUCTION_DICT.values()} == {"lm_eval.tasks.ifeval.instructions"}
+    assert len(INSTRUCTION_DICT) == 25
+
+
+def test_punkt_tab_tables_are_the_package_tables_in_nltk_layout(tmp_path):
+    lang = write_punkt_tab(tmp_path)
     model = punkt.load_model("english")
-    lang = root / "tokenizers" / "punkt_tab" / "english"
-    lang.mkdir(parents=True)
-    (lang / "abbrev_types.txt").write_text("\n".join(sorted(model.abbrev_types)) + "\n")
-    (lang / "sent_starters.txt").write_text("\n".join(sorted(model.sent_starters)) + "\n")
-    (lang / "collocations.tab").write_text("\n".join(f"{a}\t{b}" for a, b in sorted(model.collocations)) + "\n")
-    (lang / "ortho_context.tab").write_text(
-        "\n".join(f"{k}\t{v}" for k, v in sorted(model.ortho_context.items())) + "\n")
-
-
-def test_tokenizers_equal_nltk_reading_the_same_tables_from_nltk_data(tmp_path, monkeypatch):
-    _write_punkt_tab(tmp_path)
-    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
-    cached = getattr(nltk.tokenize, "_get_punkt_tokenizer", None)
-    if hasattr(cached, "cache_clear"):
-        cached.cache_clear()
-    texts = [
-        "Dr. Smith went home. He was tired.",
-        "The U.S.A. has many Ph.D. students. Mr. J. Bach lives in St. Louis, Mo. today.",
-        "HELLO WORLD. This is GREAT, isn't it? U.S. stocks fell 3.5% vs. the S&P 500 on Jan. 3.",
-        "I paid $3.50 at 5 p.m. — then left!! \"Really?\" she asked. (Yes.)",
-    ]
-    try:
-        for text in texts:
-            assert util._get_sentence_tokenizer().tokenize(text) == nltk.sent_tokenize(text)
-            assert util.word_tokenize(text) == nltk.word_tokenize(text)
-    finally:
-        if hasattr(cached, "cache_clear"):
-            cached.cache_clear()
+    assert lang == tmp_path / "tokenizers" / "punkt_tab" / "english"
+    assert (lang / "abbrev_types.txt").read_text().splitlines() == sorted(model.abbrev_types)
+    assert len((lang / "ortho_context.tab").read_text().splitlines()) == len(model.ortho_context)
+    assert write_punkt_tab(tmp_path) == lang  # idempotent
 
 
 def test_english_model_is_the_plain_punkt_tab_conversion():
     model = punkt.load_model("english")
     assert model.metadata.source == "punkt_tab:english"
     assert not model.numeric_abbrev_types  # no extension rules beyond NLTK's tables
+
+
+def test_nltk_reads_the_written_tables():
+    texts = ["Dr. Smith went home. He was tired.",
+             "The U.S.A has many Ph.D. students. They will often haven a .com website."]
+    assert [len(nltk.sent_tokenize(t)) for t in texts] == [2, 2]
+    assert nltk.word_tokenize("HELLO WORLD. Isn't it?")[:3] == ["HELLO", "WORLD", "."]
+
+
+NO_NETWORK_SCRIPT = """
+import socket, sys
+def refuse(*args, **kwargs):
+    raise OSError("outbound connection refused by the test")
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+socket.create_connection = refuse
+socket.getaddrinfo = refuse
+import nltk
+def no_download(*args, **kwargs):
+    raise AssertionError("nltk.download called")
+nltk.download = no_download
+from evaluation.metrics.ifeval import mini_records, score_response
+records = {r["key"]: r for r in mini_records()}
+assert score_response(records[1006], "Linen breathes. It wicks moisture away.")["prompt_strict"] == 1.0
+assert score_response(records[1021], "LAST CALL, ONLY seconds left, GO!")["prompt_strict"] == 1.0
+print("ok")
+"""
+
+
+def test_checkers_import_and_run_with_every_outbound_connection_refused(tmp_path):
+    # A fresh data dir: the tables are written from the package, nothing is fetched.
+    env = {"HARNESSOPS_VAR_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           "NLTK_DATA": str(tmp_path / "empty"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", NO_NETWORK_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")
+    assert (tmp_path / "nltk_data" / "tokenizers" / "punkt_tab" / "english" / "ortho_context.tab").is_file()

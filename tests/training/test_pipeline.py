@@ -61,7 +61,9 @@ def test_chained_stages_train_and_report(tmp_path, monkeypatch):
     for result in results:
         assert (tmp_path / result.path).exists() and (tmp_path / result.path / "config.json").is_file()
         assert result.data_lineage["checked_disjoint"] and result.resolved_config["stage"]["kind"] == result.stage
-    assert len(results[0].harness_hashes) == 2  # the original harness and its HSA variant
+    # the original harness and the HSA variants (one per case) the kept trajectories ran under
+    assert results[0].harness_hashes[0] != results[0].harness_hashes[1]
+    assert PipelineConfig.from_dict(config(SFT).to_dict()).harnesses[0].spec().content_hash in results[0].harness_hashes
     for stage in ("sft", "opd"):
         losses = reporter.values(stage, "loss")
         assert len(losses) == 2 and all(math.isfinite(v) for v in losses) and losses[0] != losses[1]
@@ -132,3 +134,19 @@ def test_zero_spread_groups_gdpo_and_the_alive_mean_on_hand_made_rewards():
     loss_mask[dead] = 0
     assert alive_mean_scale(completion_mask, loss_mask) == 2.0
     assert alive_mean_scale(completion_mask, torch.zeros(8, 5)) == 0.0
+
+
+def test_lora_trains_adapters_and_writes_a_merged_model(tmp_path):
+    from safetensors import safe_open
+
+    job = PipelineConfig.from_dict({**config(SFT).to_dict(), "model": {"base": "tiny-random-smollm2", "device": "cpu",
+                                                                      "finetune": "lora", "lora_r": 4}})
+    reporter = RecordingReporter()
+    [result] = run_pipeline(job, artifacts_dir=tmp_path, reporter=reporter, should_stop=lambda: False)
+    losses = reporter.values("sft", "loss")
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses) and losses[0] != losses[1]
+    adapter = tmp_path / "stages" / "00-sft" / "adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 4
+    with safe_open(str(tmp_path / result.path / "model.safetensors"), "pt") as weights:
+        names = list(weights.keys())
+    assert names and not any("lora" in name for name in names)  # merged: a plain model any stage can load

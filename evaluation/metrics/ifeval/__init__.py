@@ -1,4 +1,4 @@
-"""IFEval (Zhou et al. 2023) with the official instruction checkers, vendored (see README.md here).
+"""IFEval (Zhou et al. 2023) with the official instruction checkers from the `lm-eval` package.
 
     from evaluation.metrics.ifeval import evaluate_ifeval, mini_records
     result = evaluate_ifeval(mini_records(), {"1001": "response text", ...})
@@ -8,6 +8,7 @@
 `aggregate_scores(rows)` turns stored rows into the run-level metrics.
 """
 
+from evaluation.metrics.ifeval.checkers import INSTRUCTION_DICT
 from evaluation.metrics.ifeval.evaluate import (
     IfevalRecordResult,
     IfevalResult,
@@ -19,7 +20,6 @@ from evaluation.metrics.ifeval.evaluate import (
     read_records,
     score_response,
 )
-from evaluation.metrics.ifeval.instructions_registry import INSTRUCTION_DICT
 
 __all__ = [
     "INSTRUCTION_DICT",

@@ -35,7 +35,7 @@ from typing import Any
 
 import langdetect
 
-from evaluation.metrics.ifeval.instructions_registry import INSTRUCTION_DICT
+from evaluation.metrics.ifeval.checkers import INSTRUCTION_DICT
 
 langdetect.DetectorFactory.seed = 0
 
