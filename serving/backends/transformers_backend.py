@@ -6,7 +6,7 @@ converting to GGUF for llama.cpp like the `local` backend: a checkpoint is serva
 stage finishes, with no conversion step (llama.cpp's converter is a script in its source tree, not in
 the llama-cpp-python wheel), and the weights served are exactly the weights trained and evaluated, in
 fp32, not a re-quantised copy. The cost is speed: see `benchmarks/checkpoint_decode.py` for decode
-tokens/s against the `local` backend (figures in docs/training-console.md).
+tokens/s against the `local` backend (figures in docs/training.md).
 
 Prompts are rendered as Hermes-style ChatML (`serving.backends.hermes`), as the local backend does, so a
 fine-tuned SmolLM2 sees the format it was trained on. Pure Python: no Django here.
