@@ -19,7 +19,7 @@ def main() -> None:
     parser.add_argument("--backend", default="local")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    manage, _ = embedded_workspace(HARNESSOPS_TRACE_WRITES="sync")
+    manage, _ = embedded_workspace()
     ifeval = ROOT / "evaluation/metrics/ifeval/data/ifeval_mini.jsonl"
     rows = []
     for suite in ("live_stream_qa", "harness_variant", "robustness", "ifeval"):

@@ -7,7 +7,9 @@ keys carry them as scopes, so services check one thing whatever the caller.
 
 from dataclasses import dataclass, field
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 
 from console.models import ActorKind, Membership, Role, Workspace
 
@@ -60,6 +62,17 @@ def capabilities(actor: Actor, workspace: Workspace) -> frozenset[str]:
         return actor.scopes if actor.workspace_id == workspace.pk else frozenset()
     role = Membership.objects.filter(workspace=workspace, user_id=actor.user_id).values_list("role", flat=True).first()
     return ROLE_CAPABILITIES.get(role, frozenset())
+
+
+def require_workspace_creator(actor: Actor) -> None:
+    """Creating workspaces is for the system (seeding, CLI) and staff users, not a workspace role."""
+    if actor.kind == ActorKind.SYSTEM:
+        return
+    if actor.kind == ActorKind.USER:
+        if get_user_model().objects.filter(pk=actor.user_id).filter(
+                Q(is_staff=True) | Q(is_superuser=True), is_active=True).exists():
+            return
+    raise PermissionDenied(f"{actor.label} may not create workspaces (staff only).")
 
 
 def require(actor: Actor, workspace: Workspace, capability: str) -> None:

@@ -1,12 +1,15 @@
 """The platform API: wires each package's router and maps domain errors to clear 4xx answers."""
 
+from functools import wraps
+
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
 
 from harness.api import router as harness_router
-from harness.services import CommitConflict, StoreError
+from harness.services import CommitConflict, LabelConflict, StoreError
 from harness.spec import SpecInvalid
 from serving.api import router as serving_router
 from serving.auth import ApiKeyAuth
@@ -15,13 +18,46 @@ from serving.services import ReplyRequestError
 from training.api import router as training_router
 from training.services import TrainingError
 
+# PostgreSQL text and jsonb cannot hold NUL characters; a request that carries one (valid JSON, valid for
+# the schema) would fail deep in a write. They never mean anything here, so they arrive as U+FFFD.
+NUL, REPLACEMENT = "\x00", "\ufffd"
+
+
+def without_nul(value):
+    if isinstance(value, str):
+        return value.replace(NUL, REPLACEMENT)
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    return value
+
+
+class ApiParser(Parser):
+    def parse_body(self, request):
+        return without_nul(super().parse_body(request))
+
+    def parse_querydict(self, data, list_fields, request):
+        return without_nul(super().parse_querydict(data, list_fields, request))
+
+
+def path_without_nul(run):
+    @wraps(run)
+    def wrapper(request, **path_params):
+        return run(request, **without_nul(path_params))
+
+    return wrapper
+
+
 api = NinjaAPI(
     title="HarnessOps platform API",
     version="1",
     urls_namespace="api",
     auth=ApiKeyAuth(),
     docs_url="/docs",
+    parser=ApiParser(),
 )
+api.add_decorator(path_without_nul, mode="view")
 api.add_router("/v1", harness_router)
 api.add_router("/v1", serving_router)
 api.add_router("/v1", training_router)
@@ -40,6 +76,11 @@ def _conflict(request, exc: CommitConflict):
     return api.create_response(request, {"detail": str(exc), "head": exc.head.number,
                                          "base": exc.base.number if exc.base else None, "errors": changes},
                                status=409)
+
+
+@api.exception_handler(LabelConflict)
+def _label_conflict(request, exc: LabelConflict):
+    return api.create_response(request, {"detail": str(exc), "errors": []}, status=409)
 
 
 @api.exception_handler(StoreError)

@@ -6,8 +6,12 @@ page can follow the job's progress like it would with a real worker.
 """
 
 import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
+from django.db import connection
 
 
 def enqueue(task, *, args: list, queue: str) -> None:
@@ -15,3 +19,41 @@ def enqueue(task, *, args: list, queue: str) -> None:
         threading.Thread(target=task.apply, kwargs={"args": args}, name=f"job-{task.name}", daemon=True).start()
     else:
         task.apply_async(args=args, queue=queue)
+
+
+def _lock_keys(name: str, object_id: int) -> tuple[int, int]:
+    namespace = zlib.crc32(name.encode())
+    return namespace - 2**32 if namespace >= 2**31 else namespace, object_id % 2**31
+
+
+@contextmanager
+def single_flight(name: str, object_id: int) -> Iterator[bool]:
+    """Run a job at most once at a time: yields True while this process holds the job's lock, False when
+    another process already runs it.
+
+    Why: Celery jobs are acknowledged late, so a worker that dies mid-job hands the job back after the
+    broker's visibility timeout; but Redis hands it back just the same when the job merely runs longer than
+    that timeout, while its first worker is still busy. The lock (a PostgreSQL session advisory lock, released
+    when the holder's connection ends, so also when its process is killed) tells the two cases apart: a
+    second delivery of a running job finds the lock held and steps aside; one of a dead worker's job takes it
+    and resumes. Embedded mode (SQLite, one process) needs no lock.
+    """
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    keys = _lock_keys(name, object_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", keys)
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", keys)
+
+
+def job_is_running(name: str, object_id: int) -> bool:
+    """Whether some process holds the job's `single_flight` lock now."""
+    with single_flight(name, object_id) as held:
+        return connection.vendor == "postgresql" and not held

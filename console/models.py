@@ -19,6 +19,10 @@ class Workspace(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    tool_hosts = models.JSONField(
+        default=list, blank=True,
+        help_text="HTTP tool bindings may call only these hosts (names or IP networks); empty: any public "
+                  "host. Private, loopback and link-local addresses are refused unless listed here.")
 
     def __str__(self) -> str:
         return self.name

@@ -1,9 +1,17 @@
 """Writes for workspaces, memberships and the audit log."""
 
-from django.contrib.auth import get_user_model
-from django.db import transaction
+import ipaddress
+import re
 
-from console.access import ADMIN, Actor, require
+from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, transaction
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+
+from console.access import ADMIN, Actor, require, require_workspace_creator
 from console.models import AuditEvent, Membership, Role, Workspace
 
 
@@ -34,15 +42,35 @@ def audit_record(
     )
 
 
-@transaction.atomic
+class WorkspaceError(ValueError):
+    pass
+
+
+WORKSPACE_SLUG_MAX = 64
+WORKSPACE_NAME_MAX = 200
+
+
 def workspace_create(*, actor: Actor, slug: str, name: str, owner=None) -> Workspace:
-    workspace = Workspace.objects.create(slug=slug, name=name)
-    audit_record(actor=actor, workspace=workspace, action="workspace.create", target_type="workspace",
-                 target_id=workspace.pk, target_label=slug, after={"slug": slug, "name": name})
-    if owner is not None:
-        Membership.objects.create(workspace=workspace, user=owner, role=Role.ADMIN)
-        audit_record(actor=actor, workspace=workspace, action="membership.add", target_type="membership",
-                     target_label=owner.get_username(), after={"role": Role.ADMIN})
+    """Create a workspace (staff, superusers and the system only); `owner` becomes its first admin."""
+    require_workspace_creator(actor)
+    slug, name = slug.strip(), name.strip() or slug.strip()
+    try:
+        validate_slug(slug)
+    except ValidationError as exc:
+        raise WorkspaceError(f"Workspace slug {slug!r}: use letters, digits, '-' or '_' only.") from exc
+    if len(slug) > WORKSPACE_SLUG_MAX or len(name) > WORKSPACE_NAME_MAX:
+        raise WorkspaceError(f"Slug ≤ {WORKSPACE_SLUG_MAX} and name ≤ {WORKSPACE_NAME_MAX} characters.")
+    try:
+        with transaction.atomic():
+            workspace = Workspace.objects.create(slug=slug, name=name)
+            audit_record(actor=actor, workspace=workspace, action="workspace.create", target_type="workspace",
+                         target_id=workspace.pk, target_label=slug, after={"slug": slug, "name": name})
+            if owner is not None:
+                Membership.objects.create(workspace=workspace, user=owner, role=Role.ADMIN)
+                audit_record(actor=actor, workspace=workspace, action="membership.add", target_type="membership",
+                             target_id=owner.pk, target_label=owner.get_username(), after={"role": Role.ADMIN})
+    except IntegrityError as exc:  # the unique slug, also when two creations race
+        raise WorkspaceError(f"A workspace {slug!r} already exists.") from exc
     return workspace
 
 
@@ -53,6 +81,10 @@ class MembershipError(ValueError):
 @transaction.atomic
 def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: str | None) -> Membership | None:
     """Add, change or (role=None) remove a member; the last admin cannot be removed or demoted."""
+    # Membership changes of one workspace take turns (the workspace row is the lock), and the actor's own
+    # role is checked after the wait: two admins demoting each other at once would otherwise each count
+    # the other and leave the workspace with none.
+    Workspace.objects.select_for_update().filter(pk=workspace.pk).first()
     require(actor, workspace, ADMIN)
     if role is not None and role not in Role.values:
         raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
@@ -81,3 +113,70 @@ def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: s
                  target_type="membership", target_id=user.pk, target_label=username,
                  before=before, after={"role": role} if role else None)
     return result
+
+
+@transaction.atomic
+def member_invite(*, actor: Actor, workspace: Workspace, username: str, role: str) -> tuple[Membership, str]:
+    """Create an account for someone new and add them with `role` (workspace admins).
+
+    The account has no usable password; returns the membership and a one-time set-password token
+    (`uidb64/token`, Django's password-reset token: it stops working once the password is set).
+    """
+    require(actor, workspace, ADMIN)
+    User = get_user_model()
+    username = username.strip()
+    try:
+        User._meta.get_field(User.USERNAME_FIELD).run_validators(username)
+        if not username:
+            raise ValidationError("empty")
+    except ValidationError as exc:
+        raise MembershipError(f"Username {username!r}: up to 150 letters, digits and @.+-_ only.") from exc
+    if User.objects.filter(username=username).exists():
+        raise MembershipError(f"{username} already has an account: add them as a member instead.")
+    if role not in Role.values:
+        raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
+    user = User(username=username)
+    user.set_unusable_password()
+    user.save()
+    membership = Membership.objects.create(workspace=workspace, user=user, role=role)
+    audit_record(actor=actor, workspace=workspace, action="membership.invite", target_type="membership",
+                 target_id=user.pk, target_label=username, after={"role": role})
+    token = f"{urlsafe_base64_encode(force_bytes(user.pk))}/{default_token_generator.make_token(user)}"
+    return membership, token
+
+
+class ToolHostsError(ValueError):
+    pass
+
+
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+MAX_TOOL_HOSTS = 50
+
+
+@transaction.atomic
+def workspace_tool_hosts_set(*, actor: Actor, workspace: Workspace, hosts: list[str]) -> Workspace:
+    """Replace the workspace's HTTP tool allowlist (host names or IP networks), audited."""
+    require(actor, workspace, ADMIN)
+    cleaned: list[str] = []
+    for raw in hosts:
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        try:
+            entry = str(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            if not _HOST_NAME.match(entry):
+                raise ToolHostsError(f"{raw.strip()[:80]!r} is neither a host name nor an IP network "
+                                     "(e.g. api.shop.example, 10.0.0.0/8).") from None
+        if entry not in cleaned:
+            cleaned.append(entry)
+    if len(cleaned) > MAX_TOOL_HOSTS:
+        raise ToolHostsError(f"At most {MAX_TOOL_HOSTS} hosts.")
+    locked = Workspace.objects.select_for_update().get(pk=workspace.pk)
+    before = list(locked.tool_hosts)
+    locked.tool_hosts = cleaned
+    locked.save(update_fields=["tool_hosts"])
+    audit_record(actor=actor, workspace=locked, action="workspace.tool_hosts", target_type="workspace",
+                 target_id=locked.pk, target_label=locked.slug, before={"hosts": before}, after={"hosts": cleaned})
+    workspace.tool_hosts = cleaned
+    return workspace

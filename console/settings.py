@@ -64,6 +64,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "console.health.HealthCheckMiddleware",  # first: container probes reach it over plain HTTP on 127.0.0.1
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the ASGI server itself, in both modes
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -125,8 +126,18 @@ CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_TASK_ROUTES = {"evaluation.*": {"queue": "cpu"}, "training.*": {"queue": "gpu"}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# An unacknowledged job (its worker died) goes back on the queue after this many seconds.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env("HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S", 3600, cast=int)}
+# Jobs are acknowledged when they finish (acks_late). The broker hands an unacknowledged job back after
+# this many seconds: that is how a dead worker's job resumes elsewhere. Redis cannot tell a dead worker from
+# a busy one, so a job running longer is handed back too: long jobs (eval runs, up to their 6 h time limit)
+# hold a single-flight lock (console/jobs.py) and a second delivery steps aside. Short acks_late tasks
+# (judge_live_trace, 300 s) must stay under this timeout.
+# Idle workers look for handed-back jobs every HARNESSOPS_BROKER_RESTORE_INTERVAL_S (kombu's default
+# sweep is ten times its interval, ~100 s; throttle 1 makes the interval the period).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env("HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S", 3600, cast=int),
+    "unacked_restore_interval": env("HARNESSOPS_BROKER_RESTORE_INTERVAL_S", 60, cast=int),
+    "unacked_restore_throttle": 1,
+}
 
 # Cache: per-key rate limits. Redis when available, so limits hold across processes.
 if REDIS_URL:
@@ -156,10 +167,13 @@ TRAINING_LEASE_S = env("HARNESSOPS_TRAINING_LEASE_S", 120.0, cast=float)
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)
 REPLY_MAX_BODY_BYTES = env("HARNESSOPS_REPLY_MAX_BODY_BYTES", 256 * 1024, cast=int)
+# Judge models by name (OpenAI-compatible endpoints) the Agent-as-a-Judge votes with; JSON object
+# name → {base_url, model, api_key_env?, timeout_s?} (evaluation/judges/judge_models.py).
+JUDGE_MODELS: dict = json.loads(env("HARNESSOPS_JUDGE_MODELS", "{}"))
+# Which judge models a plain "harness" judge (and the live-traffic judge) votes with; empty: the run's backend.
+JUDGE_DEFAULT: list = env("HARNESSOPS_JUDGE_DEFAULT", [], cast=list)
 # Share of experiment replies scored by the live-traffic judge (the Agent-as-a-Judge), 0..1.
 LIVE_JUDGE_RATE = env("HARNESSOPS_LIVE_JUDGE_RATE", 0.1, cast=float)
-# Traces are written by a background thread in batches ("buffered") or inline ("sync").
-TRACE_WRITES = env("HARNESSOPS_TRACE_WRITES", "buffered")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -1,14 +1,9 @@
 from django.contrib.auth import views as auth_views
-from django.http import JsonResponse
 from django.urls import path
 
 from console.api import api
+from console.health import healthz
 from console.views import evaluation, experiments, harness, serving, training, workspace
-
-
-def healthz(request):
-    return JsonResponse({"status": "ok"})
-
 
 ws = "w/<slug:ws>/"
 h = ws + "harnesses/<slug:name>/"
@@ -18,12 +13,19 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Invitations: a new member sets their password with a one-time link (Django's reset token).
+    path("accounts/invite/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(
+        success_url="/accounts/invite/done/"), name="password_reset_confirm"),
+    path("accounts/invite/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
+    path("workspaces/new/", workspace.workspace_new, name="workspace_new"),
     path("api/", api.urls),
     path(ws, harness.harness_list, name="harness_list"),
     path(ws + "members/", workspace.member_list, name="member_list"),
     path(ws + "members/set/", workspace.member_set, name="member_set"),
+    path(ws + "members/invite/", workspace.member_invite_view, name="member_invite"),
     path(ws + "keys/", workspace.key_list, name="key_list"),
     path(ws + "keys/<int:key_id>/revoke/", workspace.key_revoke, name="key_revoke"),
+    path(ws + "keys/tool-hosts/", workspace.tool_hosts_set, name="tool_hosts_set"),
     path(ws + "audit/", workspace.audit_log, name="audit_log"),
     path(ws + "harnesses/import/", harness.harness_import, name="harness_import"),
     path(ws + "playground/", serving.playground, name="playground"),

@@ -69,9 +69,10 @@ def agreement_report(workspace: Workspace) -> dict:
         for metric in ("accuracy", "effectiveness"):
             values = [float(getattr(a, metric)) for a in labels]
             human = max(sorted(set(values)), key=values.count)  # majority; ties go to the lower label
-            judge_values, human_values = by_judge[result.judge_version][metric]
-            judge_values.append(float(getattr(result, metric)))
-            human_values.append(human)
+            if not result.abstained:  # an abstention has no judge label to agree or disagree with
+                judge_values, human_values = by_judge[result.judge_version][metric]
+                judge_values.append(float(getattr(result, metric)))
+                human_values.append(human)
             if len(values) >= 2:
                 raters[metric].append(values)
     rows = []

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.runtime import RoomContext, TurnInput, run_turn
+from harness.runtime import HttpPolicy, RoomContext, TurnInput, run_turn
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
 from serving.backends import ModelBackend
@@ -28,8 +28,10 @@ SUITES = ("live_stream_qa", "harness_variant", "robustness", "ifeval")
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    accuracy: float
-    effectiveness: float
+    """One evaluated case. accuracy/effectiveness are None when the judge abstained (`abstained`)."""
+
+    accuracy: float | None
+    effectiveness: float | None
     judge_version: str
     outcome: str
     latency_ms: float
@@ -37,6 +39,20 @@ class CaseOutcome:
     trace: dict[str, Any]
     scores: dict[str, float] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    abstained: bool = False
+    judge_models: tuple[str, ...] = ()
+    judge_hash: str = ""
+
+
+ERRORED = "errored"
+
+
+def errored_outcome(exc: BaseException) -> CaseOutcome:
+    """A case whose evaluation raised (a judge bug, a malformed case): recorded as a failed case with the
+    error, so one bad case neither fails the whole run nor counts as a success."""
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    return CaseOutcome(accuracy=0.0, effectiveness=0.0, judge_version=ERRORED, outcome=ERRORED, latency_ms=0.0,
+                       reply="", trace={"error": error}, reasons=(f"evaluation error: {error}",))
 
 
 def case_seed(case_id: str) -> int:
@@ -45,7 +61,8 @@ def case_seed(case_id: str) -> int:
 
 
 async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpec, backend: ModelBackend,
-                        judge: Callable[[Case, dict], Any]) -> CaseOutcome:
+                        judge: Callable[[Case, dict], Any], http_policy: HttpPolicy | None = None) -> CaseOutcome:
+    """`http_policy`: where the spec's HTTP tools may connect (the workspace's host allowlist)."""
     if suite == "ifeval":
         return await _evaluate_ifeval(data, backend)
     from harness.simulator import SandboxTools
@@ -61,18 +78,26 @@ async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpe
     sandbox = SandboxTools(dict(case.room), forced_faults=dict(case.faults) if suite == "robustness" else None,
                            seed=case_seed(case.case_id))
     turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=room, recent_dialogue=case.dialogue)
-    result = await run_turn(spec, turn, backend, sandbox.registry(), arm=f"eval:{suite}")
+    result = await run_turn(spec, turn, backend, sandbox.registry(http_policy=http_policy), arm=f"eval:{suite}")
     verdict = judge(case, result.trace)
     if inspect.isawaitable(verdict):  # model judges (the harness judge) are async
         verdict = await verdict
     if suite == "robustness":
         from evaluation.metrics.robustness import robustness_scores
 
-        scores.update(robustness_scores(case, result.trace, spec))
-    scores.update(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness))
-    return CaseOutcome(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness),
+        scores.update(robustness_scores(case, result.trace, spec, accuracy=verdict.accuracy))
+        if verdict.abstained:  # no judge verdict, so nothing that rests on its accuracy either
+            scores.pop("correctness_under_fault", None)
+            if (case.meta.get("perturbation") or {}).get("kind") == "distractor":
+                scores.pop("perturbation_resisted", None)
+    if not verdict.abstained:
+        scores.update(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness))
+    return CaseOutcome(accuracy=None if verdict.abstained else float(verdict.accuracy),
+                       effectiveness=None if verdict.abstained else float(verdict.effectiveness),
                        judge_version=verdict.judge, outcome=result.outcome, latency_ms=result.latency_ms,
-                       reply=result.reply, trace=result.trace, scores=scores, reasons=tuple(verdict.reasons))
+                       reply=result.reply, trace=result.trace, scores=scores, reasons=tuple(verdict.reasons),
+                       abstained=verdict.abstained, judge_models=tuple(verdict.model_ids),
+                       judge_hash=verdict.judge_hash)
 
 
 async def _evaluate_ifeval(record: Mapping[str, Any], backend: ModelBackend) -> CaseOutcome:

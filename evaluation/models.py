@@ -79,7 +79,7 @@ class EvalRun(models.Model):
     harness = models.ForeignKey(Harness, on_delete=models.PROTECT, related_name="eval_runs")
     harness_version = models.ForeignKey(HarnessVersion, on_delete=models.PROTECT, related_name="eval_runs")
     backend = models.CharField(max_length=50)
-    judge = models.CharField(max_length=50, default="reference")
+    judge = models.CharField(max_length=200, default="reference")
     concurrency = models.PositiveSmallIntegerField(default=4)
     queue = models.CharField(max_length=8, default="cpu")
     config = models.JSONField(default=dict, help_text="the resolved run configuration")
@@ -104,11 +104,14 @@ class EvalResult(models.Model):
     run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results")
     case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="results")
     category = models.CharField(max_length=40)
-    accuracy = models.FloatField()
-    effectiveness = models.FloatField()
+    accuracy = models.FloatField(null=True, blank=True, help_text="null when the judge abstained")
+    effectiveness = models.FloatField(null=True, blank=True, help_text="null when the judge abstained")
+    abstained = models.BooleanField(default=False, help_text="the judge could not produce a verdict")
     scores = models.JSONField(default=dict, help_text="every metric of the suite for this case")
     reasons = models.JSONField(default=list)
-    judge_version = models.CharField(max_length=50)
+    judge_version = models.CharField(max_length=200)
+    judge_models = models.JSONField(default=list, blank=True, help_text="model id of every judge model that voted")
+    judge_hash = models.CharField(max_length=64, blank=True, help_text="content hash of the judge harness")
     outcome = models.CharField(max_length=16)
     latency_ms = models.FloatField()
     reply = models.TextField(blank=True)
@@ -118,6 +121,12 @@ class EvalResult(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "case"], name="one_result_per_case_per_run")]
         ordering = ["id"]
+
+    @property
+    def reasons_text(self) -> str:
+        """The judge's reasons as one plain string; truncate THIS in templates, never the escaped output
+        of `join` (cutting escaped text leaves "&#x…" fragments on the page)."""
+        return "; ".join(str(r) for r in self.reasons or ())
 
 
 class Annotation(models.Model):
@@ -140,8 +149,9 @@ class RunComparison(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="run_comparisons")
     baseline = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="+")
     candidate = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="comparisons")
-    gate = models.JSONField(help_text="the gate rule: metrics, max_drop, confidence, method")
-    passed = models.BooleanField()
+    gate = models.JSONField(help_text="the gate rule: metrics, max_drop, confidence, method, rule, min_cases")
+    passed = models.BooleanField(help_text="True only for the verdict 'pass'")
+    verdict = models.CharField(max_length=24, default="", help_text="pass, fail or not enough evidence")
     reasons = models.JSONField(default=list)
     metrics = models.JSONField(help_text="per metric: means, delta, CI, regressed and improved case ids")
     created_by = models.CharField(max_length=200)

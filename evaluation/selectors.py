@@ -11,21 +11,32 @@ from evaluation.models import EvalResult, EvalRun, EvalSet, EvalSetVersion
 def summarise(results) -> dict:
     """Overall and per-category means of every score, with counts.
 
+    Each metric is averaged over the cases that have it: a judge's abstention (accuracy and
+    effectiveness None) is left out of the means and counted in `abstained`; a robustness metric that
+    does not apply to a case is absent from it. `n` counts every evaluated case.
     IFEval's instruction-level accuracy is pooled over instructions (not a mean of per-prompt
     fractions), as the official definition has it.
     """
-    sums, counts = defaultdict(lambda: defaultdict(float)), defaultdict(int)
+    sums = defaultdict(lambda: defaultdict(float))
+    present = defaultdict(lambda: defaultdict(int))
+    counts, abstained = defaultdict(int), defaultdict(int)
     for result in results:
+        values = {**result.scores, "accuracy": result.accuracy, "effectiveness": result.effectiveness}
         for key in ("overall", result.category):
             counts[key] += 1
-            for metric, value in {**result.scores, "accuracy": result.accuracy,
-                                  "effectiveness": result.effectiveness}.items():
-                sums[key][metric] += value
+            abstained[key] += int(bool(getattr(result, "abstained", False)))
+            for metric, value in values.items():
+                if value is not None:
+                    sums[key][metric] += value
+                    present[key][metric] += 1
     summary = {}
     for key in sorted(counts, key=lambda k: (k != "overall", k)):
-        n, totals = counts[key], sums[key]
-        row = {"n": n, **{m: round(v / n, 4) for m, v in sorted(totals.items())
-                          if m not in ("instructions", "followed_strict", "followed_loose")}}
+        totals = sums[key]
+        row = {"n": counts[key], "abstained": abstained[key],
+               **{m: round(v / present[key][m], 4) for m, v in sorted(totals.items())
+                  if m not in ("instructions", "followed_strict", "followed_loose")}}
+        for metric in ("accuracy", "effectiveness"):
+            row.setdefault(metric, None)  # every case abstained: no mean, not 0
         if totals.get("instructions"):
             row["instruction_level_strict"] = round(totals["followed_strict"] / totals["instructions"], 4)
             row["instruction_level_loose"] = round(totals["followed_loose"] / totals["instructions"], 4)
@@ -35,7 +46,8 @@ def summarise(results) -> dict:
 
 def run_progress(run_id: int) -> dict:
     run = EvalRun.objects.get(pk=run_id)
-    results = list(EvalResult.objects.filter(run_id=run_id).only("category", "accuracy", "effectiveness", "scores"))
+    results = list(EvalResult.objects.filter(run_id=run_id).only("category", "accuracy", "effectiveness", "scores",
+                                                                  "abstained"))
     return {"run": run_id, "status": run.status, "done": len(results), "total": run.total,
             "summary": summarise(results)}
 
@@ -76,3 +88,20 @@ def run_replay(run: EvalRun) -> dict:
         stats.update(run_wall_s=wall, turns_per_s=stats["n"] / wall if wall else None)
     stats["concurrency"] = run.concurrency
     return stats
+
+
+def version_evidence(versions) -> list[dict]:
+    """Per harness version (in the given order): its latest finished eval run and its latest comparison as the
+    candidate (the gate's verdict), for the label panel. Two queries whatever the number of versions."""
+    from evaluation.models import RunComparison
+
+    versions = list(versions)
+    ids = [v.pk for v in versions]
+    latest_run, latest_comparison = {}, {}
+    for run in (EvalRun.objects.filter(harness_version_id__in=ids, status=EvalRun.Status.DONE)
+                .select_related("set_version__eval_set").order_by("-finished_at", "-id")):
+        latest_run.setdefault(run.harness_version_id, run)
+    for comparison in (RunComparison.objects.filter(candidate__harness_version_id__in=ids)
+                       .select_related("candidate").order_by("-created_at", "-id")):
+        latest_comparison.setdefault(comparison.candidate.harness_version_id, comparison)
+    return [{"version": v, "run": latest_run.get(v.pk), "comparison": latest_comparison.get(v.pk)} for v in versions]

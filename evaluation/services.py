@@ -15,13 +15,15 @@ from console.access import WRITE, Actor, require
 from console.jobs import enqueue
 from console.models import Workspace
 from console.services import audit_record
-from evaluation.execution import SUITES, evaluate_case
+from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
 from evaluation.selectors import run_progress, summarise
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
+from harness.runtime import HttpPolicy
 from harness.simulator.cases import Case
+from serving.backends import backend_names
 from serving.model_config import backend_for
 
 log = logging.getLogger(__name__)
@@ -85,8 +87,9 @@ def eval_set_add_version(*, actor: Actor, workspace: Workspace, name: str, suite
 
 
 def eval_set_generate(*, actor: Actor, workspace: Workspace, name: str, suite: str, seed: int, n: int,
-                      fault_rate: float = 0.5) -> EvalSetVersion:
-    """Simulated cases (Live-Stream QA, Harness-Variant or Robustness) from a seeded world."""
+                      fault_rate: float = 0.5, perturbation_rate: float = 0.5) -> EvalSetVersion:
+    """Simulated cases (Live-Stream QA, Harness-Variant or Robustness) from a seeded world. Robustness
+    cases get forced tool faults (`fault_rate`) and prompt perturbations (`perturbation_rate`)."""
     from harness.simulator import generate_cases, generate_room
 
     if suite == "ifeval":
@@ -95,7 +98,7 @@ def eval_set_generate(*, actor: Actor, workspace: Workspace, name: str, suite: s
         raise EvalError(f"Choose between 1 and {MAX_CASES} cases.")
     cases = generate_cases(seed, n, room=generate_room(seed))
     if suite == "robustness":
-        cases = _with_faults(cases, seed, fault_rate)
+        cases = _with_perturbations(_with_faults(cases, seed, fault_rate), seed, perturbation_rate)
     data = [{**c.to_dict(), "suite": suite} for c in cases]
     return eval_set_add_version(actor=actor, workspace=workspace, name=name, suite=suite, cases=data,
                                 source=f"simulator seed={seed} n={n}")
@@ -118,13 +121,43 @@ def _with_faults(cases: list[Case], seed: int, rate: float) -> list[Case]:
     return out
 
 
+def _with_perturbations(cases: list[Case], seed: int, rate: float) -> list[Case]:
+    """Perturb the message of a share of the cases that expect a reply (deterministic by seed; kinds in turn)."""
+    import random
+
+    from evaluation.perturbations import KINDS, perturb
+
+    rng = random.Random(f"perturb:{seed}")
+    out, turn = [], 0
+    for case in cases:
+        if not case.expected.silent and rng.random() < rate:
+            case = perturb(case, rng, kind=KINDS[turn % len(KINDS)])
+            turn += 1
+        out.append(case)
+    return out
+
+
+# How many turns each backend serves at once, i.e. the most an eval run should keep in flight. The offline
+# model generates one reply at a time (one llama.cpp context behind a lock): at concurrency 4 the other turns
+# wait in line, hit the 15 s deadline and the run measures queueing, not the harness.
+BACKEND_CONCURRENCY = {"local": 1, "openai": 8, "scripted": 4}
+
+
+def default_concurrency(backend: str) -> int:
+    """The default `concurrency` of a run on `backend` (what it can serve at once; 1 when unknown)."""
+    return BACKEND_CONCURRENCY.get(backend, 1)
+
+
 def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersion, harness: Harness,
-               version: HarnessVersion, backend: str, judge: str = "reference", concurrency: int = 4,
+               version: HarnessVersion, backend: str, judge: str = "reference", concurrency: int | None = None,
                queue: str = "cpu", start: bool = True) -> EvalRun:
-    """Create a run and (unless start=False) queue it; the job starts after the transaction commits."""
+    """Create a run and (unless start=False) queue it; the job starts after the transaction commits.
+    Without `concurrency`, the backend's own (`default_concurrency`)."""
     from evaluation.tasks import execute_run
 
     require(actor, workspace, WRITE)
+    if concurrency is None:
+        concurrency = default_concurrency(backend)
     if set_version.eval_set.workspace_id != workspace.pk or harness.workspace_id != workspace.pk:
         raise EvalError("The set and the harness must belong to this workspace.")
     if version.harness_id != harness.pk:
@@ -170,25 +203,53 @@ def _save_result(run: EvalRun, case: EvalCase, outcome) -> bool:
             EvalResult.objects.create(
                 run=run, case=case, category=case.category, accuracy=outcome.accuracy,
                 effectiveness=outcome.effectiveness, scores=outcome.scores, reasons=list(outcome.reasons),
-                judge_version=outcome.judge_version, outcome=outcome.outcome, latency_ms=outcome.latency_ms,
-                reply=outcome.reply, trace=outcome.trace,
+                judge_version=outcome.judge_version[:200], outcome=outcome.outcome, latency_ms=outcome.latency_ms,
+                reply=outcome.reply, trace=outcome.trace, abstained=outcome.abstained,
+                judge_models=list(outcome.judge_models), judge_hash=outcome.judge_hash,
             )
         return True
     except IntegrityError:
         return False
 
 
-def resolve_judge(name: str, backend: str):
+def judge_models() -> dict:
+    """The configured judge models by name (settings.JUDGE_MODELS), validated."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from evaluation.judges.judge_models import parse_judge_models
+
+    try:
+        return parse_judge_models(settings.JUDGE_MODELS)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"HARNESSOPS_JUDGE_MODELS: {exc}") from exc
+
+
+def resolve_judge(name: str, backend: str | None):
     """A judge by name. `harness` is the Agent-as-a-Judge; `harness:a,b` votes over judge models a and b
-    (backend names); plain `harness` uses the run's backend."""
+    (names of configured judge models, or backend names); plain `harness` uses settings.JUDGE_DEFAULT, or
+    else the run's backend."""
+    from django.conf import settings
+
     from evaluation.judges import get_judge
     from evaluation.judges.harness_judge import HarnessJudge
 
     if name == "harness" or name.startswith("harness:"):
-        models = [m for m in name.partition(":")[2].split(",") if m] or [backend]
-        for model in models:
-            backend_for(model)  # validates the name (and refuses scripted in production)
-        return HarnessJudge([lambda model=model: backend_for(model) for model in models])
+        names = [m.strip() for m in name.partition(":")[2].split(",") if m.strip()]
+        names = names or list(settings.JUDGE_DEFAULT) or [backend or settings.MODEL_BACKEND]
+        configured = judge_models()
+        factories = []
+        for model in names:
+            if model in configured:
+                factories.append(configured[model].factory())
+            else:
+                if model not in backend_names():
+                    raise EvalError(f"Unknown judge model {model!r}; configured judge models: "
+                                    f"{', '.join(sorted(configured)) or '(none)'}; backends: "
+                                    f"{', '.join(backend_names())}.")
+                backend_for(model)  # refuses scripted in production
+                factories.append((model, lambda model=model: backend_for(model)))
+        return HarnessJudge(factories)
     return get_judge(name)
 
 
@@ -208,12 +269,13 @@ def run_execute(*, run_id: int) -> str:
     spec = harness_selectors.version_spec(run.harness_version)
     judge = resolve_judge(run.judge, run.backend)
     suite = run.set_version.eval_set.suite
+    http_policy = HttpPolicy(allowed_hosts=tuple(run.workspace.tool_hosts or ()))  # as for live replies
     outcomes: queue.Queue = queue.Queue()
     cancel = threading.Event()
 
     def evaluate_all() -> None:
         try:
-            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel))
+            asyncio.run(_evaluate_all(run, pending, spec, judge, suite, outcomes.put, cancel, http_policy))
         except BaseException as exc:  # handed to the calling thread, which records the failure
             outcomes.put(exc)
         finally:
@@ -247,12 +309,17 @@ def run_execute(*, run_id: int) -> str:
     cancelled = cancel.is_set() or EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists()
     status = EvalRun.Status.CANCELLED if cancelled else EvalRun.Status.DONE
     results = list(EvalResult.objects.filter(run_id=run_id))
-    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now())
+    errored = [r for r in results if r.outcome == ERRORED]
+    note = (f"{len(errored)} of {len(results)} case(s) errored and count as failed; first: "
+            f"{errored[0].trace.get('error', '')}")[:2000] if errored else ""
+    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now(),
+                                             error=note)
     publish_progress_sync(run_id, run_progress(run_id))
     return status
 
 
-async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel) -> None:
+async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suite: str, emit, cancel,
+                        http_policy=None) -> None:
     """Evaluate `pending` with at most run.concurrency turns in flight; `emit((case, outcome))` each result."""
     semaphore = asyncio.Semaphore(run.concurrency)
 
@@ -262,7 +329,11 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
                 return
             backend = backend_for(run.backend)
             try:
-                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge)
+                outcome = await evaluate_case(suite=suite, data=case.data, spec=spec, backend=backend, judge=judge,
+                                              http_policy=http_policy)
+            except Exception as exc:  # this case is recorded as errored; the others go on
+                log.warning("eval run %s: case %s errored", run.pk, case.pk, exc_info=True)
+                outcome = errored_outcome(exc)
             finally:
                 close = getattr(backend, "aclose", None)
                 if close is not None:
@@ -272,44 +343,66 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
     await asyncio.gather(*(one(case) for case in pending))
 
 
-DEFAULT_GATE = {"metrics": ["accuracy", "effectiveness"], "max_drop": 0.02, "confidence": 0.95, "method": "bootstrap"}
+DEFAULT_GATE = {"metrics": ["accuracy", "effectiveness"], "max_drop": 0.02, "confidence": 0.95, "method": "bootstrap",
+                "rule": "non_inferiority", "min_cases": 30, "max_safety_net_share": 0.5}
+SAFETY_NETS = ("fallback", "deadline", "error")
 
 
 def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, gate: dict | None = None):
     """Compare two finished runs of the same set version and apply the regression gate; stored and audited."""
-    from evaluation.metrics.compare import RegressionGate, compare_runs
+    from evaluation.metrics.compare import RULES, RegressionGate, compare_runs
     from evaluation.models import RunComparison
 
     require(actor, candidate.workspace, WRITE)
     if baseline.workspace_id != candidate.workspace_id:
         raise EvalError("Both runs must belong to this workspace.")
+    if baseline.pk == candidate.pk:
+        raise EvalError(f"Run #{candidate.pk} cannot be compared with itself: choose a different baseline run.")
     if baseline.set_version_id != candidate.set_version_id:
-        raise EvalError("Compare runs of the same eval set version (paired cases).")
+        raise EvalError(f"Run #{baseline.pk} used {baseline.set_version} and run #{candidate.pk} used "
+                        f"{candidate.set_version}: compare runs of the same eval set version (paired cases).")
     if baseline.status != EvalRun.Status.DONE or candidate.status != EvalRun.Status.DONE:
         raise EvalError("Both runs must be done.")
     rule = {**DEFAULT_GATE, **(gate or {})}
-    if not (0 <= float(rule["max_drop"]) <= 1 and 0.5 <= float(rule["confidence"]) < 1):
+    try:
+        max_drop, confidence = float(rule["max_drop"]), float(rule["confidence"])
+        min_cases = int(rule["min_cases"])
+    except (TypeError, ValueError):
+        raise EvalError("max_drop and confidence must be numbers, min_cases a whole number.") from None
+    if not (0 <= max_drop <= 1 and 0.5 <= confidence < 1):
         raise EvalError("max_drop must be within 0..1 and confidence within 0.5..1.")
+    if min_cases < 2:
+        raise EvalError("min_cases must be at least 2.")
+    if rule["rule"] not in RULES:
+        raise EvalError(f"The gate rule must be one of {', '.join(RULES)}.")
+    rule.update(max_drop=max_drop, confidence=confidence, min_cases=min_cases)
 
     def per_case(run: EvalRun) -> dict:
-        return {case_id: {**scores, "accuracy": acc, "effectiveness": eff}
-                for case_id, acc, eff, scores in run.results.values_list("case__case_id", "accuracy",
-                                                                          "effectiveness", "scores")}
+        # An abstention leaves accuracy/effectiveness None: unpaired, never compared as a 0.
+        return {case_id: {**scores, "accuracy": acc, "effectiveness": eff,
+                          "safety_net": float(outcome in SAFETY_NETS)}
+                for case_id, acc, eff, scores, outcome in run.results.values_list(
+                    "case__case_id", "accuracy", "effectiveness", "scores", "outcome")}
 
     a, b = per_case(baseline), per_case(candidate)
-    comparison = compare_runs(a, b, confidence=float(rule["confidence"]), method=rule["method"])
-    verdict = RegressionGate(metrics=tuple(rule["metrics"]), max_drop=float(rule["max_drop"]),
-                             confidence=float(rule["confidence"]), method=rule["method"]).check(a, b)
+    comparison = compare_runs(a, b, confidence=confidence, method=rule["method"])
+    verdict = RegressionGate(metrics=tuple(rule["metrics"]), max_drop=max_drop, confidence=confidence,
+                             method=rule["method"], rule=rule["rule"], min_cases=min_cases,
+                             max_safety_net_share=rule["max_safety_net_share"]).check(a, b)
     metrics = {name: {"n": m.n, "baseline": m.baseline_mean, "candidate": m.candidate_mean, "delta": m.delta,
-                      "ci_low": m.ci_low, "ci_high": m.ci_high, "regressed": list(m.regressed),
-                      "improved": list(m.improved)} for name, m in comparison.metrics.items()}
+                      "ci_low": m.ci_low, "ci_high": m.ci_high, "mcnemar_p": m.mcnemar_p,
+                      "regressed": list(m.regressed), "improved": list(m.improved), "unpaired": list(m.unpaired)}
+               for name, m in comparison.metrics.items()}
+    abstained = {"baseline": baseline.results.filter(abstained=True).count(),
+                 "candidate": candidate.results.filter(abstained=True).count()}
     with transaction.atomic():
         stored = RunComparison.objects.create(
             workspace=candidate.workspace, baseline=baseline, candidate=candidate, gate=rule, passed=verdict.passed,
-            reasons=list(verdict.reasons), metrics=_finite(metrics), created_by=actor.label)
+            verdict=verdict.verdict, reasons=list(verdict.reasons),
+            metrics=_finite({**metrics, "_abstained": abstained}), created_by=actor.label)
         audit_record(actor=actor, workspace=candidate.workspace, action="eval.compare", target_type="run_comparison",
                      target_id=stored.pk, target_label=f"run {baseline.pk} → run {candidate.pk}",
-                     after={"passed": verdict.passed, "reasons": list(verdict.reasons)})
+                     after={"verdict": verdict.verdict, "reasons": list(verdict.reasons)})
     return stored
 
 
@@ -327,11 +420,17 @@ def _finite(value):
 
 
 def regression_gate_check(harness: Harness, version: HarnessVersion) -> str:
-    """Why `version` should not be promoted: the latest comparison with it as the candidate failed the gate."""
+    """Why moving a protected label to `version` needs confirmation: no comparison with it as the candidate
+    has passed the regression gate (none yet, or the latest one failed or had not enough evidence)."""
     from evaluation.models import RunComparison
 
     latest = (RunComparison.objects.filter(candidate__harness_version=version).order_by("-created_at", "-id")
               .first())
-    if latest is None or latest.passed:
+    if latest is None:
+        return f"v{version.number} has no passed comparison (no run of it was compared against a baseline)"
+    if latest.passed:
         return ""
+    if latest.verdict == "not enough evidence":
+        return (f"v{version.number} has no passed comparison: comparison #{latest.pk} had not enough evidence "
+                f"({'; '.join(latest.reasons)[:300]})")
     return f"the regression gate failed (comparison #{latest.pk}: {'; '.join(latest.reasons)[:300]})"

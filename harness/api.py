@@ -1,16 +1,18 @@
 """Platform API for the harness registry: read versions and labels, commit, move labels."""
 
 from django.db.models import Prefetch
-from ninja import Router, Status
+from ninja import Path, Router, Status
 
 from console.access import READ, require
+from console.schemas import errors, reject_unknown_query
 from harness import selectors, services
 from harness.models import Harness, HarnessVersion, Label
 from harness.schemas import (
+    LABEL_MAX,
+    LABEL_PATTERN,
     CommitIn,
     CommitOut,
     DiffOut,
-    ErrorOut,
     HarnessOut,
     LabelMoveIn,
     LabelMoveOut,
@@ -44,7 +46,7 @@ def _harness(request, name: str) -> Harness:
     return selectors.harness_get(request.workspace, name)
 
 
-@router.get("/harnesses", response=list[HarnessOut])
+@router.get("/harnesses", response={200: list[HarnessOut], **errors(401, 403)})
 def list_harnesses(request):
     require(request.actor, request.workspace, READ)
     return [
@@ -54,7 +56,7 @@ def list_harnesses(request):
     ]
 
 
-@router.get("/harnesses/{name}/versions", response=list[VersionOut])
+@router.get("/harnesses/{name}/versions", response={200: list[VersionOut], **errors(401, 403, 404)})
 def list_versions(request, name: str):
     harness = _harness(request, name)
     versions = harness.versions.select_related("parent", "harness").prefetch_related(
@@ -63,19 +65,20 @@ def list_versions(request, name: str):
     return [_version_out(v) for v in versions]
 
 
-@router.get("/harnesses/{name}/versions/{ref}", response=VersionDetailOut)
+@router.get("/harnesses/{name}/versions/{ref}", response={200: VersionDetailOut, **errors(401, 403, 404)})
 def get_version(request, name: str, ref: str):
     """A version by number (`3` or `v3`), label (`production`) or content-hash prefix."""
     return _version_detail(selectors.version_resolve(_harness(request, name), ref))
 
 
-@router.get("/harnesses/{name}/labels/{label}", response=VersionDetailOut)
+@router.get("/harnesses/{name}/labels/{label}", response={200: VersionDetailOut, **errors(401, 403, 404)})
 def get_version_by_label(request, name: str, label: str):
     return _version_detail(selectors.version_by_label(_harness(request, name), label))
 
 
-@router.get("/harnesses/{name}/diff", response=DiffOut)
+@router.get("/harnesses/{name}/diff", response={200: DiffOut, **errors(401, 403, 404, 422)})
 def diff_versions(request, name: str, from_ref: str, to_ref: str):
+    reject_unknown_query(request, "from_ref", "to_ref")
     harness = _harness(request, name)
     a, b = selectors.version_resolve(harness, from_ref), selectors.version_resolve(harness, to_ref)
     changes = selectors.version_diff(a, b).changes
@@ -83,7 +86,8 @@ def diff_versions(request, name: str, from_ref: str, to_ref: str):
             "changes": [vars(c) if not hasattr(c, "_asdict") else c._asdict() for c in changes]}
 
 
-@router.post("/harnesses/{name}/versions", response={200: CommitOut, 201: CommitOut, 409: ErrorOut, 422: ErrorOut})
+@router.post("/harnesses/{name}/versions",
+             response={200: CommitOut, 201: CommitOut, **errors(400, 401, 403, 404, 409, 422)})
 def commit_version(request, name: str, payload: CommitIn):
     """Commit files on top of `base_version` (write scope). 409 when the base is stale, 422 with paths when invalid."""
     harness = _harness(request, name)
@@ -93,8 +97,9 @@ def commit_version(request, name: str, payload: CommitIn):
     return Status(201 if result.created else 200, {"created": result.created, "version": _version_out(result.version)})
 
 
-@router.put("/harnesses/{name}/labels/{label}", response=LabelMoveOut)
-def move_label(request, name: str, label: str, payload: LabelMoveIn):
+@router.put("/harnesses/{name}/labels/{label}", response={200: LabelMoveOut, **errors(400, 401, 403, 404, 409, 422)})
+def move_label(request, name: str, payload: LabelMoveIn,
+               label: str = Path(..., max_length=LABEL_MAX, pattern=LABEL_PATTERN)):
     """Point a label at a version (write scope; approve scope for protected labels such as production)."""
     harness = _harness(request, name)
     version = selectors.version_get(harness, payload.version)

@@ -5,6 +5,12 @@ from datetime import datetime
 from ninja import Schema
 from pydantic import Field
 
+VERSION_MAX = 2**31 - 1  # version numbers are PositiveIntegerField
+NOT_BLANK = r"\S"  # some non-space character (services strip and refuse blank text)
+# Label names as harness.services.label_move accepts them (a subset of slugify's fixed points).
+LABEL_PATTERN = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
+LABEL_MAX = 64
+
 
 class LabelOut(Schema):
     name: str
@@ -36,8 +42,8 @@ class VersionDetailOut(VersionOut):
 
 
 class CommitIn(Schema):
-    base_version: int | None = Field(description="The version your files are based on; the commit is refused if it is no longer the head.")
-    message: str = Field(max_length=500)
+    base_version: int | None = Field(ge=1, le=VERSION_MAX, description="The version your files are based on; the commit is refused if it is no longer the head.")
+    message: str = Field(min_length=1, max_length=500, pattern=NOT_BLANK)
     files: dict[str, str] = Field(description="The harness as a directory: relative path → file text (docs/harness-format.md).")
 
 
@@ -47,8 +53,8 @@ class CommitOut(Schema):
 
 
 class LabelMoveIn(Schema):
-    version: int
-    reason: str = Field(max_length=500)
+    version: int = Field(ge=1, le=VERSION_MAX)
+    reason: str = Field(min_length=1, max_length=500, pattern=NOT_BLANK)
     override: bool = Field(default=False, description="Promote even if the regression gate failed (audited).")
 
 
@@ -75,7 +81,3 @@ class DiffOut(Schema):
     to_version: int
     changes: list[ModuleChangeOut]
 
-
-class ErrorOut(Schema):
-    detail: str
-    errors: list[dict] = []

@@ -1,5 +1,6 @@
 """Reads from the harness store, always within one workspace."""
 
+import threading
 from collections import OrderedDict
 
 from django.db.models import Prefetch, QuerySet
@@ -11,18 +12,25 @@ from harness.spec import HarnessSpec, SpecDiff, diff_specs, parse_files
 
 _SPEC_CACHE: "OrderedDict[str, HarnessSpec]" = OrderedDict()
 _SPEC_CACHE_SIZE = 256
+# Request threads (ASGI's sync workers, the eval runner's helpers) share the cache: every read-modify
+# of the OrderedDict holds the lock. Parsing happens outside it, so a slow parse never blocks hits.
+_SPEC_CACHE_LOCK = threading.Lock()
 
 
 def version_spec(version: HarnessVersion) -> HarnessSpec:
     """The parsed spec of a version. Versions are immutable, so the parse is cached by content hash."""
-    spec = _SPEC_CACHE.get(version.content_hash)
-    if spec is None:
-        spec = parse_files(version.files)
-        _SPEC_CACHE[version.content_hash] = spec
-        if len(_SPEC_CACHE) > _SPEC_CACHE_SIZE:
+    key = version.content_hash
+    with _SPEC_CACHE_LOCK:
+        spec = _SPEC_CACHE.get(key)
+        if spec is not None:
+            _SPEC_CACHE.move_to_end(key)
+            return spec
+    spec = parse_files(version.files)
+    with _SPEC_CACHE_LOCK:
+        spec = _SPEC_CACHE.setdefault(key, spec)  # another thread may have parsed it meanwhile: keep one
+        _SPEC_CACHE.move_to_end(key)
+        while len(_SPEC_CACHE) > _SPEC_CACHE_SIZE:
             _SPEC_CACHE.popitem(last=False)
-    else:
-        _SPEC_CACHE.move_to_end(version.content_hash)
     return spec
 
 
@@ -63,7 +71,7 @@ def version_resolve(harness: Harness, ref: str) -> HarnessVersion:
     """A version from `v3`, `3`, a label name or a content-hash prefix (≥ 8 characters)."""
     ref = ref.strip()
     number = ref[1:] if ref.startswith("v") else ref
-    if number.isdigit():
+    if number.isascii() and number.isdigit() and len(number) <= 9:  # fits the number column
         return version_get(harness, int(number))
     if harness.labels.filter(name=ref).exists():
         return version_by_label(harness, ref)

@@ -24,6 +24,10 @@ class StoreError(ValueError):
     """A request the store refuses, with a message fit for the user."""
 
 
+class LabelConflict(StoreError):
+    """A valid label move the label's current state refuses (already there, or blocked by the gate): HTTP 409."""
+
+
 class CommitConflict(Exception):
     """The draft's base is no longer the head: someone committed meanwhile."""
 
@@ -205,18 +209,23 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
     if not name or slugify(name) != name or len(name) > LABEL_NAME_MAX:
         raise StoreError("Label names use lowercase letters, digits and hyphens.")
     with transaction.atomic():
+        # Lock the harness first: a label that does not exist yet has no row to lock, and two first
+        # promotions would both create it (one failing with an IntegrityError).
+        Harness.objects.select_for_update().filter(pk=harness.pk).first()
         label = Label.objects.select_for_update().filter(harness=harness, name=name).first()
         protected = label.protected if label else name in PROTECTED_LABELS
         require(actor, harness.workspace, APPROVE if protected else WRITE)
-        blocked = [why for check in _PROMOTION_CHECKS if protected for why in [check(harness, version)] if why]
+        # The first placement of a protected label has no baseline to compare against, so it is not gated.
+        gated = protected and label is not None
+        blocked = [why for check in _PROMOTION_CHECKS if gated for why in [check(harness, version)] if why]
         if blocked and not override:
-            raise StoreError(f"Promotion of v{version.number} to {name} is blocked: {'; '.join(blocked)} "
-                             "(an approver may override, with a reason).")
+            raise LabelConflict(f"Promotion of v{version.number} to {name} needs confirmation: {'; '.join(blocked)} "
+                                "(an approver may confirm the move anyway, with a reason; it is audited).")
         previous = label.version if label else None
         if label is None:
             label = Label.objects.create(harness=harness, name=name, version=version, protected=protected)
         elif label.version_id == version.pk:
-            raise StoreError(f"{name} already points at v{version.number}.")
+            raise LabelConflict(f"{name} already points at v{version.number}.")
         else:
             label.version = version
             label.save(update_fields=["version", "updated_at"])

@@ -7,6 +7,7 @@ from django.http import StreamingHttpResponse
 from ninja import Router
 from ninja.errors import HttpError
 
+from console.schemas import errors, reject_unknown_query
 from harness.runtime import reply_chunks
 from serving import services
 from serving.schemas import EventsIn, EventsOut, ReplyIn, ReplyOut
@@ -36,12 +37,29 @@ def _checked_backend(request, name: str | None) -> str | None:
     return name
 
 
-@router.post("/rooms/{room_id}/reply", response={200: ReplyOut})
+# With ?stream=1 the reply comes as server-sent events: `delta` events carrying {"text"}, then one
+# `final` event carrying the ReplyOut object. Each event's schema, as OpenAPI tools read SSE.
+SSE_EVENT = {
+    "type": "object", "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["delta", "final"]},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": {"anyOf": [
+            {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+            {"$ref": "#/components/schemas/ReplyOut"},
+        ]}},
+    },
+}
+SSE_RESPONSE = {"responses": {200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}}
+
+
+@router.post("/rooms/{room_id}/reply", response={200: ReplyOut, **errors(400, 401, 403, 404, 413, 422, 429, 503)},
+             openapi_extra=SSE_RESPONSE)
 def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
     """Answer a viewer. `?stream=1` answers with server-sent events: `delta` events, then one `final` event.
 
     Deltas are sent only after the harness's reply hooks accepted the reply.
     """
+    reject_unknown_query(request, "stream")
     _check_limits(request)
     outcome = services.room_reply(
         actor=request.actor, workspace=request.workspace, room_id=room_id, message=payload.message,
@@ -65,7 +83,7 @@ def _sse(reply: str, final: dict):
     yield f"event: final\ndata: {json.dumps(final, ensure_ascii=False)}\n\n"
 
 
-@router.post("/events", response={200: EventsOut})
+@router.post("/events", response={200: EventsOut, **errors(400, 401, 403, 422)})
 def ingest_events(request, payload: EventsIn):
     """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
     batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""

@@ -8,9 +8,11 @@ from serving.backends.scripted import ScriptedBackend, steps_from_json
 
 
 def available_backends(workspace=None) -> list[str]:
-    """Backends this deployment can use (scripted only outside production, openai only when configured),
-    then, given a workspace, its registered training checkpoints (`checkpoint:<id>`)."""
-    names = [n for n in backend_names() if not (n == "scripted" and settings.PRODUCTION)]
+    """Backends this deployment can use: scripted only outside production and with a script
+    (HARNESSOPS_SCRIPTED_STEPS; without one every turn would fail), openai only when configured; then,
+    given a workspace, its registered training checkpoints (`checkpoint:<id>`)."""
+    names = [n for n in backend_names()
+             if not (n == "scripted" and (settings.PRODUCTION or not settings.SCRIPTED_STEPS))]
     names = [n for n in names if n != "transformers"]  # a model directory is named as a checkpoint instead
     if not settings.OPENAI_BASE_URL:
         names = [n for n in names if n != "openai"]

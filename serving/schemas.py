@@ -17,10 +17,11 @@ class ReplyIn(Schema):
     recent_dialogue: list[DialogueTurnIn] = Field(default_factory=list, max_length=20,
                                                   description="This viewer's recent exchange, oldest first.")
     room: dict | None = Field(default=None, description="Room context (products, on_screen, faq, promotions, "
-                              "orders) when the room is not registered or has changed.")
+                              "orders, facts: statements whose numbers ground a reply) when the room is not "
+                              "registered or has changed.")
     harness: str | None = Field(default=None, description="Harness name; default: the room's harness.")
     label: str | None = Field(default=None, max_length=64, description="Label to answer with (default production).")
-    version: int | None = Field(default=None, description="Pin a version number instead of a label.")
+    version: int | None = Field(default=None, ge=1, le=2**31 - 1, description="Pin a version number instead of a label.")
     backend: str | None = Field(default=None, max_length=64, description="Model backend, or a registered "
                                 "training checkpoint as `checkpoint:<id>`; default: the deployment's model.")
 

@@ -16,12 +16,19 @@ from console.models import Workspace
 from console.services import audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
-from harness.runtime import RoomContext, TurnInput, TurnResult, react_baseline_spec, run_turn
+from harness.runtime import (
+    HttpPolicy,
+    RoomContext,
+    ToolRegistry,
+    TurnInput,
+    TurnResult,
+    react_baseline_spec,
+    run_turn,
+)
 from serving.model_config import backend_for
 from serving.models import ApiKey, Room, Trace
 from serving.selection import Selection, select_version
-from serving.traces import trace_row
-from serving.traces import writer as trace_writer
+from serving.traces import trace_row, trace_store
 
 KEY_PREFIX = "hok"
 
@@ -106,9 +113,14 @@ class ReplyOutcome:
     harness: Harness
 
 
-async def _answer(spec, turn, backend, arm: str) -> TurnResult:
+def tool_registry_for(workspace: Workspace) -> ToolRegistry:
+    """The tool bindings a workspace's turns run with: HTTP calls limited by its host allowlist."""
+    return ToolRegistry(http_policy=HttpPolicy(allowed_hosts=tuple(workspace.tool_hosts or ())))
+
+
+async def _answer(spec, turn, backend, arm: str, tools: ToolRegistry) -> TurnResult:
     try:
-        return await run_turn(spec, turn, backend, arm=arm)
+        return await run_turn(spec, turn, backend, tools, arm=arm)
     finally:
         close = getattr(backend, "aclose", None)
         if close is not None:
@@ -155,8 +167,9 @@ def room_reply(
     turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.from_dict({**context, "room_id": room_id}),
                      recent_dialogue=tuple(recent_dialogue or ()))
     arm = selection.arm if selection else "draft"
-    result = async_to_sync(_answer)(spec, turn, backend, arm)
-    trace_writer.record(trace_row(workspace_id=workspace.pk, data=result.trace, source=source, harness_id=harness.pk,
+    result = async_to_sync(_answer)(spec, turn, backend, arm, tool_registry_for(workspace))
+    # Written before the trace id is returned, in this request's unit of work (see serving/traces.py).
+    trace_store(trace_row(workspace_id=workspace.pk, data=result.trace, source=source, harness_id=harness.pk,
                                   version_id=selection.version.pk if selection else None))
     if selection is not None and selection.arm.startswith("exp:"):  # an experiment's arm
         from serving.experiments.live import after_experiment_reply

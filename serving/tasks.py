@@ -24,8 +24,10 @@ def judge_live_trace(trace_id: str) -> str:
                 viewer_id=trace.viewer_id, message=trace.message, expected=Expected())
     judge = resolve_judge("harness", None)
     verdict = asyncio.run(judge(case, trace.data))
+    # An abstention keeps the scores null (judged, no verdict): guardrails count it apart, never as a 0.
     Trace.objects.filter(pk=trace.pk).update(judge_accuracy=verdict.accuracy,
-                                             judge_effectiveness=verdict.effectiveness, judge_version=verdict.judge)
+                                             judge_effectiveness=verdict.effectiveness,
+                                             judge_version=verdict.judge[:100])
     from serving.experiments.services import experiment_key_of
 
     experiment = Experiment.objects.filter(workspace=trace.workspace, key=experiment_key_of(trace.arm)).first()

@@ -1,29 +1,40 @@
-"""Persisting traces without slowing replies: a background thread writes them in batches.
+"""Persisting traces so that every trace id handed to a caller resolves.
 
-`record()` only builds a row and puts it on a queue (microseconds); a daemon
-thread bulk-inserts every 200 ms or 200 rows. `flush()` writes what is pending
-(tests, shutdown). With TRACE_WRITES=sync rows are written inline instead.
+A trace is written in the request's unit of work, before the reply (and its
+`trace_id`) is returned: one INSERT and commit (benchmarks/trace_writes.py)
+next to a model turn of hundreds of milliseconds or more, where an in-memory
+queue would lose traces whose ids were already given out when the process dies. Several rows go in one bulk insert;
+if that fails, row by row, each in its own savepoint, so one bad row never
+takes the others with it. A row PostgreSQL still refuses is stored as a stub
+(its id, outcome and the storage error), so even its id resolves.
 """
 
-import atexit
 import logging
-import queue
-import threading
 from datetime import UTC, datetime
+from typing import Any
 
-from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, IntegrityError, transaction
 
 from serving.models import Trace
 
 log = logging.getLogger(__name__)
-BATCH = 200
-INTERVAL_S = 0.2
+
+
+def _clean(value: Any) -> Any:
+    """PostgreSQL text and jsonb cannot hold NUL characters; a viewer can still type one."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
 
 
 def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | None, version_id: int | None) -> Trace:
+    data = _clean(data)
     return Trace(
-        workspace_id=workspace_id, trace_id=data["trace_id"], source=source, room_id=data["input"]["room_id"],
+        workspace_id=workspace_id, trace_id=data["trace_id"], source=source, room_id=data["input"]["room_id"][:100],
         viewer_id=data["input"]["viewer_id"][:128], harness_id=harness_id, harness_version_id=version_id,
         arm=data.get("arm", "")[:100], backend=data.get("backend", "")[:50], outcome=data["outcome"],
         silent=data["silent"], message=data["input"]["message"], reply=data["reply"], latency_ms=data["duration_ms"],
@@ -32,63 +43,48 @@ def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | N
     )
 
 
-class TraceWriter:
-    def __init__(self):
-        self.queue: queue.Queue[Trace] = queue.Queue()
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
+def trace_store(row: Trace) -> None:
+    """Write one trace now, in the caller's transaction (see the module docstring)."""
+    traces_store([row])
 
-    def record(self, row: Trace) -> None:
-        if settings.TRACE_WRITES == "sync":
-            row.save(force_insert=True)
-            return
-        self.queue.put(row)
-        if self.thread is None or not self.thread.is_alive():
-            with self.lock:
-                if self.thread is None or not self.thread.is_alive():
-                    self.thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
-                    self.thread.start()
 
-    def _drain(self, first: Trace | None = None) -> list[Trace]:
-        rows = [first] if first is not None else []
-        while len(rows) < BATCH:
+def traces_store(rows: list[Trace]) -> int:
+    """Write `rows`; returns how many were stored as stubs because PostgreSQL refused them.
+
+    Raises only when not even a stub can be written (the caller must not hand out that id then).
+    """
+    if not rows:
+        return 0
+    try:
+        with transaction.atomic():
+            Trace.objects.bulk_create(rows, ignore_conflicts=True)
+        return 0
+    except DatabaseError:
+        log.warning("bulk insert of %d traces failed; writing them one by one", len(rows), exc_info=True)
+    stubs = 0
+    with transaction.atomic():  # one commit; each row in its own savepoint
+        for row in rows:
+            row.pk = None
             try:
-                rows.append(self.queue.get_nowait())
-            except queue.Empty:
-                break
-        return rows
-
-    def _write(self, rows: list[Trace]) -> None:
-        try:
-            if rows:
-                Trace.objects.bulk_create(rows, ignore_conflicts=True)
-        except Exception:  # a failed batch must not kill the writer; the rows are logged and dropped
-            log.exception("could not write %d traces", len(rows))
-        finally:
-            for _ in rows:
-                self.queue.task_done()
-
-    def _run(self) -> None:
-        wrote = False
-        while True:
-            try:
-                first = self.queue.get(timeout=INTERVAL_S)
-            except queue.Empty:
-                if wrote:  # idle: give this thread's connection back rather than hold it open
-                    connection.close()
-                    wrote = False
-                continue
-            self._write(self._drain(first))
-            wrote = True
-
-    def flush(self) -> None:
-        """Return once everything queued so far is written (by the writer thread, or here if it is gone)."""
-        if self.thread is not None and self.thread.is_alive():
-            self.queue.join()
-            return
-        while not self.queue.empty():
-            self._write(self._drain())
+                with transaction.atomic():
+                    row.save(force_insert=True)
+            except IntegrityError:
+                if not Trace.objects.filter(trace_id=row.trace_id).exists():  # a real constraint, not a re-insert
+                    stubs += _store_stub(row)
+            except DatabaseError:
+                stubs += _store_stub(row)
+    return stubs
 
 
-writer = TraceWriter()
-atexit.register(writer.flush)
+def _store_stub(row: Trace) -> int:
+    error = "the full trace could not be stored"
+    log.exception("trace %s could not be stored; keeping a stub", row.trace_id)
+    with transaction.atomic():
+        Trace.objects.create(
+            workspace_id=row.workspace_id, trace_id=row.trace_id, source=row.source, room_id=str(row.room_id)[:100],
+            viewer_id=str(row.viewer_id)[:128], harness_id=row.harness_id, harness_version_id=row.harness_version_id,
+            arm=str(row.arm)[:100], backend=str(row.backend)[:50], outcome=str(row.outcome)[:16], silent=row.silent,
+            message="", reply="", latency_ms=row.latency_ms or 0.0, hooks_fired=[], created_at=row.created_at,
+            data={"trace_id": row.trace_id, "outcome": row.outcome, "storage_error": error},
+        )
+    return 1

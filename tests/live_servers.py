@@ -28,7 +28,7 @@ def child_env(**extra) -> dict:
     return {**os.environ, "DATABASE_URL": url, "REDIS_URL": os.environ["REDIS_URL"],
             "HARNESSOPS_MODEL_BACKEND": "scripted",
             "HARNESSOPS_SCRIPTED_STEPS": '["Thanks for asking! Let me check that for you."]',
-            "HARNESSOPS_TRACE_WRITES": "sync", "PYTHONUNBUFFERED": "1", **extra}
+            "PYTHONUNBUFFERED": "1", **extra}
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -50,10 +50,15 @@ def stop(process: subprocess.Popen) -> None:
             process.kill()
 
 
-def start_worker(*, queues: str = "cpu", **extra) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "celery"), "-A", "console", "worker", "-Q", queues, "--pool", "solo",
-                             "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                            cwd=ROOT, env=child_env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_worker(log_file: Path | None = None, *, queues: str = "cpu", **extra) -> subprocess.Popen:
+    """A solo-pool worker on `queues` (default `cpu`); with `log_file`, its info-level log (task results) goes there."""
+    level = "info" if log_file else "warning"
+    argv = [str(BIN / "celery"), "-A", "console", "worker", "-Q", queues, "--pool", "solo", "-l", level,
+            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    if log_file:
+        argv += ["--logfile", str(log_file)]
+    return subprocess.Popen(argv, cwd=ROOT, env=child_env(**extra), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def free_port() -> int:

@@ -18,8 +18,10 @@ from evaluation.execution import SUITES
 from evaluation.models import EvalResult
 from evaluation.services import (
     EvalError,
+    default_concurrency,
     eval_set_add_version,
     eval_set_generate,
+    judge_models,
     parse_cases,
     run_cancel,
     run_create,
@@ -32,10 +34,15 @@ MAX_UPLOAD = 20 * 1024 * 1024
 
 @workspace_view()
 def evaluation_home(request):
+    from django.conf import settings
+
+    backends = available_backends(request.workspace)
+    ordered = sorted(backends, key=lambda b: b != settings.MODEL_BACKEND)  # the deployment's default first
     return render(request, "evaluation/home.html", {
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
         "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
-        "backends": available_backends(request.workspace),
+        "backends": [(b, default_concurrency(b)) for b in ordered],
+        "judge_models": sorted(judge_models()),
     })
 
 
@@ -88,7 +95,7 @@ def eval_run_create(request):
         run = run_create(actor=request.actor, workspace=request.workspace, set_version=set_version, harness=harness,
                          version=version, backend=request.POST.get("backend", ""),
                          judge=request.POST.get("judge") or "reference",
-                         concurrency=int(request.POST.get("concurrency") or 4),
+                         concurrency=int(request.POST["concurrency"]) if request.POST.get("concurrency") else None,
                          queue=request.POST.get("queue") or "cpu")
     except (EvalError, ValueError, ImproperlyConfigured, KeyError, Http404) as exc:
         messages.error(request, f"Run not started: {exc}")
@@ -115,17 +122,20 @@ def eval_run_detail(request, run_id: int):
 def _export(run, results, fmt):
     if fmt == "jsonl":
         body = "".join(json.dumps({"case_id": r.case.case_id, "category": r.category, "accuracy": r.accuracy,
-                                   "effectiveness": r.effectiveness, "scores": r.scores, "reasons": r.reasons,
-                                   "judge": r.judge_version, "outcome": r.outcome, "latency_ms": r.latency_ms,
+                                   "effectiveness": r.effectiveness, "abstained": r.abstained, "scores": r.scores,
+                                   "reasons": r.reasons, "judge": r.judge_version, "judge_models": r.judge_models,
+                                   "judge_hash": r.judge_hash, "outcome": r.outcome, "latency_ms": r.latency_ms,
                                    "reply": r.reply}, ensure_ascii=False) + "\n" for r in results)
         response = HttpResponse(body, content_type="application/x-ndjson")
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(["case_id", "category", "accuracy", "effectiveness", "outcome", "latency_ms", "judge", "reply"])
+        writer.writerow(["case_id", "category", "accuracy", "effectiveness", "abstained", "outcome", "latency_ms",
+                         "judge", "judge_models", "judge_hash", "reply"])
         for r in results:
-            writer.writerow([r.case.case_id, r.category, r.accuracy, r.effectiveness, r.outcome,
-                             round(r.latency_ms, 1), r.judge_version, r.reply])
+            writer.writerow([r.case.case_id, r.category, r.accuracy, r.effectiveness, r.abstained, r.outcome,
+                             round(r.latency_ms, 1), r.judge_version, " ".join(r.judge_models), r.judge_hash,
+                             r.reply])
         response = HttpResponse(buffer.getvalue(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.{fmt}"'
     return response
@@ -184,6 +194,7 @@ def agreement(request):
 @workspace_view()
 def compare(request):
     """GET: pick two runs; POST: compare them with the regression gate (stored); ?id= shows a stored one."""
+    from evaluation.metrics.compare import RULES
     from evaluation.models import RunComparison
     from evaluation.services import DEFAULT_GATE, comparison_create
 
@@ -194,18 +205,22 @@ def compare(request):
         try:
             baseline = selectors.run_get(request.workspace, int(request.POST.get("baseline", 0)))
             candidate = selectors.run_get(request.workspace, int(request.POST.get("candidate", 0)))
-            gate = {"max_drop": float(request.POST.get("max_drop", DEFAULT_GATE["max_drop"])),
-                    "confidence": float(request.POST.get("confidence", DEFAULT_GATE["confidence"]))}
+            gate = {"max_drop": request.POST.get("max_drop", DEFAULT_GATE["max_drop"]),
+                    "confidence": request.POST.get("confidence", DEFAULT_GATE["confidence"]),
+                    "rule": request.POST.get("rule") or DEFAULT_GATE["rule"],
+                    "min_cases": request.POST.get("min_cases") or DEFAULT_GATE["min_cases"]}
             comparison = comparison_create(actor=request.actor, baseline=baseline, candidate=candidate, gate=gate)
             return redirect(f"{request.path}?id={comparison.pk}")
         except (EvalError, ValueError) as exc:
-            messages.error(request, str(exc))
+            messages.error(request, f"Not compared: {exc}")
     elif request.GET.get("id"):
         comparison = RunComparison.objects.filter(workspace=request.workspace, pk=request.GET["id"]).select_related(
             "baseline", "candidate").first()
         if comparison is None:
             raise Http404("No such comparison.")
     done = selectors.runs(request.workspace).filter(status="done")
-    return render(request, "evaluation/compare.html", {"runs": done, "comparison": comparison, "gate": DEFAULT_GATE,
-                                                       "history": RunComparison.objects.filter(
-                                                           workspace=request.workspace)[:20]})
+    metrics = {k: v for k, v in comparison.metrics.items() if not k.startswith("_")} if comparison else {}
+    return render(request, "evaluation/compare.html", {
+        "runs": done, "comparison": comparison, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
+        "abstained": comparison.metrics.get("_abstained") if comparison else None,
+        "history": RunComparison.objects.filter(workspace=request.workspace)[:20]})

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from console.access import WRITE
 from console.views.scoping import workspace_view
+from evaluation.selectors import version_evidence
 from harness import selectors, services
 from harness.skeletons import skeleton, skeleton_path
 from harness.spec import SpecInvalid, parse_files, render_system_prompt
@@ -52,6 +53,7 @@ def harness_detail(request, name: str):
         "versions": versions,
         "labels": selectors.labels_with_history(harness),
         "draft": selectors.draft_for(harness, request.user),
+        "evidence": version_evidence(versions),
     }
     if request.htmx and request.GET.get("partial") == "labels":
         return render(request, "harness/detail.html#labels", context)
@@ -318,8 +320,9 @@ def label_rollback(request, name: str, label: str):
 
 def _labels_response(request, harness):
     if request.htmx:
-        context = {"harness": harness, "versions": selectors.version_list(harness),
-                   "labels": selectors.labels_with_history(harness)}
+        versions = selectors.version_list(harness)
+        context = {"harness": harness, "versions": versions, "labels": selectors.labels_with_history(harness),
+                   "evidence": version_evidence(versions)}
         return render(request, "harness/detail.html#labels", context)
     return redirect("harness_detail", ws=request.workspace.slug, name=harness.name)
 

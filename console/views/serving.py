@@ -41,6 +41,9 @@ def playground(request):
     try:
         if not message:
             raise ReplyRequestError("Type a viewer message.")
+        if choice["backend"] and choice["backend"] not in context["backends"]:
+            raise ReplyRequestError(f"The {choice['backend']} backend is not available here; "
+                                    f"choose one of {', '.join(context['backends'])}.")
         harness = harness_selectors.harness_get(request.workspace, choice["harness"])
         version = spec = None
         if choice["version"] == "draft":

@@ -1,15 +1,25 @@
-"""Workspace pages: home, members, API keys, audit log."""
+"""Workspace pages: home, new workspace, members (add, invite), API keys, audit log."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
-from console.access import ADMIN, API_KEY_SCOPES
+from console.access import ADMIN, API_KEY_SCOPES, Actor, require_workspace_creator
 from console.models import Role
 from console.selectors import audit_events, members, workspaces_for_user
-from console.services import MembershipError, membership_set
+from console.services import (
+    MembershipError,
+    ToolHostsError,
+    WorkspaceError,
+    member_invite,
+    membership_set,
+    workspace_create,
+    workspace_tool_hosts_set,
+)
 from console.views.scoping import workspace_view
 from serving.models import ApiKey
 from serving.services import ApiKeyError, api_key_create, api_key_revoke
@@ -20,12 +30,61 @@ def home(request):
     spaces = list(workspaces_for_user(request.user))
     if len(spaces) == 1:
         return redirect("harness_list", ws=spaces[0].slug)
-    return render(request, "console/home.html", {"spaces": spaces})
+    return render(request, "console/home.html", {"spaces": spaces, "can_create": _can_create(request.user)})
+
+
+def _can_create(user) -> bool:
+    return user.is_active and (user.is_staff or user.is_superuser)
+
+
+@login_required
+def workspace_new(request):
+    """Staff create a workspace and become its first admin."""
+    actor = Actor.for_user(request.user)
+    require_workspace_creator(actor)
+    form = {"slug": "", "name": ""}
+    if request.method == "POST":
+        form = {k: request.POST.get(k, "").strip() for k in form}
+        try:
+            workspace = workspace_create(actor=actor, slug=form["slug"], name=form["name"], owner=request.user)
+        except WorkspaceError as exc:
+            return render(request, "console/workspace_new.html", {"form": form, "error": str(exc)}, status=422)
+        messages.success(request, f"Workspace {workspace.name} created; you are its admin.")
+        return redirect("member_list", ws=workspace.slug)
+    return render(request, "console/workspace_new.html", {"form": form, "error": ""})
+
+
+INVITE_SESSION_KEY = "member_invite"
 
 
 @workspace_view()
 def member_list(request):
-    return render(request, "console/members.html", {"members": members(request.workspace), "roles": Role.choices})
+    # An invitation link is shown once, on the page the invite redirects to.
+    invite = request.session.pop(INVITE_SESSION_KEY, None)
+    if invite and invite.get("ws") != request.workspace.slug:
+        invite = None
+    if invite:
+        uidb64, token = invite["token"].split("/")
+        invite["url"] = request.build_absolute_uri(reverse("password_reset_confirm",
+                                                           kwargs={"uidb64": uidb64, "token": token}))
+    return render(request, "console/members.html", {"members": members(request.workspace), "roles": Role.choices,
+                                                    "invite": invite})
+
+
+@require_POST
+@workspace_view(ADMIN)
+def member_invite_view(request):
+    """Create an account for a newcomer, add them, and show a set-password link once."""
+    username = request.POST.get("username", "")
+    try:
+        membership, token = member_invite(actor=request.actor, workspace=request.workspace, username=username,
+                                          role=request.POST.get("role", ""))
+    except MembershipError as exc:
+        messages.error(request, str(exc))
+    else:
+        request.session[INVITE_SESSION_KEY] = {"ws": request.workspace.slug, "username": membership.user.username,
+                                               "token": token}
+    return redirect("member_list", ws=request.workspace.slug)
 
 
 @require_POST
@@ -43,17 +102,39 @@ def member_set(request):
     return redirect("member_list", ws=request.workspace.slug)
 
 
+NEW_TOKEN_SESSION_KEY = "new_api_key_token"
+
+
 @workspace_view(ADMIN)
 def key_list(request):
-    new_token = None
+    """POST creates a key and redirects (a refresh cannot create another); the next GET shows its token once."""
     if request.method == "POST":
         try:
-            _, new_token = api_key_create(actor=request.actor, workspace=request.workspace,
-                                          name=request.POST.get("name", ""), scopes=request.POST.getlist("scopes"))
+            _, token = api_key_create(actor=request.actor, workspace=request.workspace,
+                                      name=request.POST.get("name", ""), scopes=request.POST.getlist("scopes"))
+            request.session[NEW_TOKEN_SESSION_KEY] = {"workspace": request.workspace.pk, "token": token}
         except ApiKeyError as exc:
             messages.error(request, str(exc))
+        return redirect("key_list", ws=request.workspace.slug)
+    pending = request.session.pop(NEW_TOKEN_SESSION_KEY, None)
+    new_token = pending["token"] if pending and pending.get("workspace") == request.workspace.pk else None
     keys = ApiKey.objects.filter(workspace=request.workspace).order_by("-created_at")
-    return render(request, "console/keys.html", {"keys": keys, "scopes": API_KEY_SCOPES, "new_token": new_token})
+    response = render(request, "console/keys.html", {"keys": keys, "scopes": API_KEY_SCOPES, "new_token": new_token,
+                                                     "tool_hosts": "\n".join(request.workspace.tool_hosts)})
+    add_never_cache_headers(response)  # the page may carry a secret: never from a cache or the back button
+    return response
+
+
+@require_POST
+@workspace_view(ADMIN)
+def tool_hosts_set(request):
+    try:
+        workspace_tool_hosts_set(actor=request.actor, workspace=request.workspace,
+                                 hosts=request.POST.get("hosts", "").splitlines())
+        messages.success(request, "HTTP tool hosts updated.")
+    except ToolHostsError as exc:
+        messages.error(request, str(exc))
+    return redirect("key_list", ws=request.workspace.slug)
 
 
 @require_POST

@@ -25,19 +25,22 @@ Checks (`Verdict.checks`; every key is always present):
 - `skills`    — at least one of `case.expected.skills` is in `trace["skills_loaded"]`;
   vacuously true when the case names none.
 - `answered`  — the turn ended the way a good turn ends: outcome `replied` when a
-  reply is expected, `silent` when silence is expected. `fallback`, `deadline` and
-  `error` are harness safety nets, not answers.
+  reply is expected, `silent` (an input/reply hook's block included) when silence
+  is expected. `fallback`, `deadline` and `error` are harness safety nets, never
+  answers: a fallback line that happens to contain a fact, or a deadline that
+  happened to leave the turn silent, is still a failed turn.
 
 Rubric:
 
-- Accuracy = 1 iff `silence` and, when a reply is expected, `facts` and `forbidden`.
-  (When silence is expected and the turn was silent there is no reply to check.)
+- Accuracy = 1 iff `answered` and `silence` and, when a reply is expected, `facts`
+  and `forbidden`. (When silence is expected and the turn was silent there is no
+  reply to check.)
 - Effectiveness:
-  - 1   — accurate, and `skills`, `tools` and `answered` all hold;
-  - 0.5 — accurate but one of `skills`/`tools`/`answered` failed (the right answer
-    reached the wrong way, or a safety-net reply that claims nothing), OR
-    partially correct: `silence` and `forbidden` hold and at least one but not
-    all of the expected facts are present;
+  - 0   — whenever `answered` fails (a safety net earns no partial credit);
+  - 1   — accurate, and `skills` and `tools` hold;
+  - 0.5 — accurate but `skills` or `tools` failed (the right answer reached the
+    wrong way), OR partially correct: `silence` and `forbidden` hold and at least
+    one but not all of the expected facts are present;
   - 0   — otherwise (wrong silence, a forbidden claim, or no expected fact at all).
 
 `reasons` lists, in plain words, every check that failed (and partial credit).
@@ -165,12 +168,14 @@ def judge_reference(case: Case, trace: Mapping[str, Any]) -> Verdict:
 
     answered = outcome == ("silent" if expected.silent else "replied")
     if not answered:
-        reasons.append(f"outcome {outcome or '(none)'!r} is not a real "
+        reasons.append(f"outcome “{outcome or '(none)'}” is not a real "
                        f"{'silence' if expected.silent else 'answer'}")
 
-    accurate = silence_ok and (expected.silent or (facts_ok and forbidden_ok))
-    if accurate:
-        effectiveness = 1.0 if (skills_ok and tools_ok and answered) else 0.5
+    accurate = answered and silence_ok and (expected.silent or (facts_ok and forbidden_ok))
+    if not answered:
+        effectiveness = 0.0
+    elif accurate:
+        effectiveness = 1.0 if (skills_ok and tools_ok) else 0.5
     elif silence_ok and forbidden_ok and present and missing_facts:
         effectiveness = 0.5
         reasons.append(f"partially correct: {len(present)} of {len(expected.facts)} facts")

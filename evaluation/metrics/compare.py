@@ -1,9 +1,9 @@
 """Paired comparison of two runs on the same cases, and the regression gate built on it.
 
 A run is per-case scores: `{case_id: {metric: value}}` (e.g. accuracy 0/1,
-effectiveness 0/0.5/1, any robustness rubric value; None = not applicable).
-For each metric only cases where BOTH runs have a value are paired; the rest are
-reported as unpaired and never silently compared.
+effectiveness 0/0.5/1, any robustness rubric value; None = not applicable, or the
+judge abstained). For each metric only cases where BOTH runs have a value are
+paired; the rest are reported as unpaired and never silently compared.
 
 For one metric with paired differences d_i = candidate_i − baseline_i (i = 1..n):
 
@@ -17,24 +17,40 @@ For one metric with paired differences d_i = candidate_i − baseline_i (i = 1..
     normality assumption, which suits 0/1 and 0/0.5/1 scores; slightly narrow
     for very small n.
   - "t": the paired t interval, delta ± t_{(1+confidence)/2, n−1} · sd(d)/√n, with
-    the Student t quantile computed here (regularised incomplete beta + bisection,
-    no SciPy). Undefined (NaN) for n < 2.
+    SciPy's Student t quantile. Undefined (NaN) for n < 2.
   With all d_i equal both intervals collapse to [delta, delta].
+- Binary metrics (every paired value 0 or 1) also get the exact McNemar test:
+  with b = cases right in the baseline and wrong in the candidate and c = the
+  reverse, p = P(X ≤ min(b, c)) · 2 (capped at 1) for X ~ Binomial(b + c, ½),
+  i.e. SciPy's two-sided exact binomial test of b against b + c. Only the
+  discordant cases carry information about the difference; p is 1 without any.
 - `regressed` / `improved`: the case ids with d_i < 0 / d_i > 0.
 
-The gate (`RegressionGate`): for each configured metric, FAIL when
+The gate (`RegressionGate`) gives one of three verdicts: "pass", "fail" or "not
+enough evidence"; only "pass" passes. For each configured metric, with X =
+max_drop[metric] in the metric's own units (0.01 = one percentage point of a 0/1
+accuracy; one number for all metrics or a per-metric mapping, missing metrics 0):
 
-    ci_high(candidate − baseline) < −max_drop[metric]
+- fewer than `min_cases` paired cases (default 30), or an undefined interval:
+  "not enough evidence" — a gate never passes for want of data;
+- rule "non_inferiority" (default): PASS iff ci_low > −X, i.e. the data show the
+  candidate is at most X worse. A drop beyond X that is established (ci_high < −X)
+  FAILS, and so does an interval that reaches below −X: non-inferiority is not
+  shown, so an under-powered drop cannot slip through;
+- rule "established_drop" (the lenient, older rule): FAIL only when ci_high < −X,
+  i.e. a drop larger than allowed is established; everything else passes.
 
-i.e. the whole interval lies below −max_drop: the candidate is worse than the
-baseline by MORE than the allowed drop, with confidence. Because the interval is
-two-sided at `confidence`, its upper bound is a one-sided upper confidence bound
-at (1 + confidence)/2 (97.5 % for the default 0.95). `max_drop` is in the
-metric's own units (0.01 = one percentage point of a 0/1 accuracy) and may be
-one number for all metrics or a per-metric mapping (missing metrics: 0). A drop
-that is not established — a small drop, or a large one on too few cases — passes.
-The gate also fails, with a reason, when a metric has fewer than `min_cases`
-paired cases or its interval is undefined: a gate must not pass for want of data.
+Because the interval is two-sided at `confidence`, each bound is a one-sided bound
+at (1 + confidence)/2 (97.5 % for the default 0.95).
+
+Whole-run checks (optional, when the per-case rows carry `safety_net`: 1 when the
+turn ended in a fallback, deadline or error): the gate FAILS when the candidate's
+share of safety-net turns exceeds `max_safety_net_share` (default 0.5). Two runs
+that answered nothing but fallback lines agree perfectly, yet they measure the
+harness's safety nets, not the harness.
+
+The overall verdict is "fail" if any check fails, else "not enough evidence" if
+any metric lacks evidence, else "pass".
 """
 
 from __future__ import annotations
@@ -43,85 +59,21 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from scipy.stats import binomtest
+from scipy.stats import t as student_t
 
 METHODS = ("bootstrap", "t")
+RULES = ("non_inferiority", "established_drop")
+DEFAULT_MIN_CASES = 30
+DEFAULT_MAX_SAFETY_NET_SHARE = 0.5
+PASS, FAIL, NO_EVIDENCE = "pass", "fail", "not enough evidence"
 
 Run = Mapping[str, Mapping[str, Any]]
 
 
-# -- Student t quantile (pure Python) --------------------------------------------------------------
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction for the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 3e-16
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with `df` degrees of freedom."""
-    if df <= 0:
-        raise ValueError("degrees of freedom must be positive")
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t (bisection on `t_cdf`, |error| < 1e-10)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError("p must be in (0, 1)")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12:
-            break
-    return (lo + hi) / 2.0
-
-
-# -- intervals ----------------------------------------------------------------------------------------
+# -- intervals and tests ------------------------------------------------------------------------------
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
     h = (len(sorted_values) - 1) * q
@@ -153,8 +105,18 @@ def t_ci(diffs: Sequence[float], *, confidence: float = 0.95) -> tuple[float, fl
         return math.nan, math.nan
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    half = t_quantile((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
+    half = float(student_t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
     return mean - half, mean + half
+
+
+def mcnemar_exact(worse: int, better: int) -> float:
+    """Exact two-sided McNemar p-value from the discordant pairs (`worse`: right → wrong, `better`:
+    wrong → right); 1.0 when there are none."""
+    if worse < 0 or better < 0:
+        raise ValueError("discordant counts must be non-negative")
+    if worse + better == 0:
+        return 1.0
+    return float(binomtest(worse, worse + better, 0.5).pvalue)
 
 
 # -- comparison ---------------------------------------------------------------------------------------
@@ -173,13 +135,15 @@ class MetricComparison:
     regressed: tuple[str, ...] = ()
     improved: tuple[str, ...] = ()
     unpaired: tuple[str, ...] = ()  # cases where only one run has a value for this metric
+    binary: bool = False  # every paired value is 0 or 1: the McNemar test applies
+    mcnemar_p: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "n": self.n, "baseline_mean": self.baseline_mean,
                 "candidate_mean": self.candidate_mean, "delta": self.delta, "ci_low": self.ci_low,
                 "ci_high": self.ci_high, "confidence": self.confidence, "method": self.method,
                 "regressed": list(self.regressed), "improved": list(self.improved),
-                "unpaired": list(self.unpaired)}
+                "unpaired": list(self.unpaired), "binary": self.binary, "mcnemar_p": self.mcnemar_p}
 
 
 @dataclass(frozen=True)
@@ -228,8 +192,13 @@ def compare_metric(baseline: Run, candidate: Run, metric: str, *, confidence: fl
         low, high = t_ci(diffs, confidence=confidence)
     else:
         low, high = bootstrap_ci(diffs, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    binary = n > 0 and all(v in (0.0, 1.0) for v in (*base, *cand))
+    mcnemar_p = None
+    if binary:
+        worse = sum(1 for b, c in zip(base, cand, strict=True) if b > c)
+        mcnemar_p = mcnemar_exact(worse, sum(1 for b, c in zip(base, cand, strict=True) if c > b))
     return MetricComparison(
-        metric=metric, n=n,
+        metric=metric, n=n, binary=binary, mcnemar_p=mcnemar_p,
         baseline_mean=sum(base) / n if n else math.nan,
         candidate_mean=sum(cand) / n if n else math.nan,
         delta=sum(diffs) / n if n else math.nan,
@@ -269,24 +238,33 @@ def by_case(rows: Iterable[Mapping[str, Any]], key: str = "case_id") -> dict[str
 
 # -- the gate -----------------------------------------------------------------------------------------
 
+Verdict = Literal["pass", "fail", "not enough evidence"]
+
+
 @dataclass(frozen=True)
 class GateResult:
-    passed: bool
+    verdict: Verdict
     reasons: tuple[str, ...]
     comparison: RunComparison | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
 
 
 @dataclass(frozen=True)
 class RegressionGate:
-    """Fails when a metric's drop beyond `max_drop` is established (rule in the module docstring)."""
+    """Non-inferiority (default) or established-drop gate over paired metrics (rules in the module docstring)."""
 
     metrics: tuple[str, ...]
     max_drop: float | Mapping[str, float] = 0.0
     confidence: float = 0.95
     method: str = "bootstrap"
+    rule: str = "non_inferiority"
+    min_cases: int = DEFAULT_MIN_CASES
+    max_safety_net_share: float | None = DEFAULT_MAX_SAFETY_NET_SHARE
     n_resamples: int = 10_000
     seed: int = 0
-    min_cases: int = 2
     _drops: Mapping[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -295,8 +273,14 @@ class RegressionGate:
             raise ValueError("a regression gate needs at least one metric")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, not {self.method!r}")
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
+        if int(self.min_cases) < 2:
+            raise ValueError("min_cases must be at least 2")
+        if self.max_safety_net_share is not None and not 0.0 <= self.max_safety_net_share <= 1.0:
+            raise ValueError("max_safety_net_share must be within 0..1")
         if isinstance(self.max_drop, Mapping):
             drops = {m: float(self.max_drop.get(m, 0.0)) for m in self.metrics}
         else:
@@ -308,30 +292,47 @@ class RegressionGate:
     def check(self, baseline: Run, candidate: Run) -> GateResult:
         comparison = compare_runs(baseline, candidate, self.metrics, confidence=self.confidence,
                                   method=self.method, n_resamples=self.n_resamples, seed=self.seed)
-        return self.evaluate(comparison)
+        return self.evaluate(comparison, candidate=candidate)
 
-    def evaluate(self, comparison: RunComparison) -> GateResult:
-        passed, reasons = True, []
+    def _metric_verdict(self, result: MetricComparison, max_drop: float) -> tuple[str, str]:
+        if result.n < self.min_cases:
+            return NO_EVIDENCE, (f"NOT ENOUGH EVIDENCE — only {result.n} paired cases "
+                                 f"(at least {self.min_cases} needed)")
+        if math.isnan(result.ci_low) or math.isnan(result.ci_high):
+            return NO_EVIDENCE, "NOT ENOUGH EVIDENCE — interval undefined"
+        if result.ci_high < -max_drop:
+            return FAIL, (f"FAIL — a drop larger than {max_drop:.4f} is established "
+                          f"({len(result.regressed)} cases regressed)")
+        if self.rule == "non_inferiority" and result.ci_low <= -max_drop:
+            return FAIL, (f"FAIL — non-inferiority not shown: the lower bound {result.ci_low:+.4f} is not above "
+                          f"−{max_drop:.4f} ({len(result.regressed)} cases regressed)")
+        return PASS, "pass"
+
+    def evaluate(self, comparison: RunComparison, *, candidate: Run | None = None) -> GateResult:
+        verdicts, reasons = [], []
         level = f"{self.confidence:.0%} {'paired bootstrap' if self.method == 'bootstrap' else 'paired t'}"
         for metric in self.metrics:
             max_drop = self._drops[metric]
             result = comparison.metrics.get(metric)
             if result is None:
-                passed = False
-                reasons.append(f"{metric}: not in the comparison")
+                verdicts.append(NO_EVIDENCE)
+                reasons.append(f"{metric}: NOT ENOUGH EVIDENCE — not in the comparison")
                 continue
             summary = (f"{metric}: Δ {result.delta:+.4f} [{result.ci_low:+.4f}, {result.ci_high:+.4f}] "
-                       f"({level}, n={result.n}; allowed drop {max_drop:.4f})")
-            if result.n < self.min_cases:
-                passed = False
-                reasons.append(f"{summary}: FAIL — only {result.n} paired cases (< {self.min_cases})")
-            elif math.isnan(result.ci_high):
-                passed = False
-                reasons.append(f"{summary}: FAIL — interval undefined")
-            elif result.ci_high < -max_drop:
-                passed = False
-                reasons.append(f"{summary}: FAIL — a drop larger than {max_drop:.4f} is established "
-                               f"({len(result.regressed)} cases regressed)")
-            else:
-                reasons.append(f"{summary}: pass")
-        return GateResult(passed=passed, reasons=tuple(reasons), comparison=comparison)
+                       f"({level}, n={result.n}; allowed drop {max_drop:.4f}"
+                       + (f"; exact McNemar p={result.mcnemar_p:.4g}" if result.mcnemar_p is not None else "")
+                       + ")")
+            verdict, why = self._metric_verdict(result, max_drop)
+            verdicts.append(verdict)
+            reasons.append(f"{summary}: {why}")
+        if candidate is not None and self.max_safety_net_share is not None:
+            flags = [float(row["safety_net"]) for row in candidate.values() if row.get("safety_net") is not None]
+            if flags:
+                share = sum(flags) / len(flags)
+                if share > self.max_safety_net_share:
+                    verdicts.append(FAIL)
+                    reasons.append(f"candidate: {share:.0%} of {len(flags)} turns ended in a fallback, deadline or "
+                                   f"error (at most {self.max_safety_net_share:.0%} allowed): FAIL — the run "
+                                   "measures the safety nets, not the harness")
+        verdict = FAIL if FAIL in verdicts else NO_EVIDENCE if NO_EVIDENCE in verdicts else PASS
+        return GateResult(verdict=verdict, reasons=tuple(reasons), comparison=comparison)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # only the type: rewriting goes through dataclasses.replace, 
 
 BUILTIN_TOOLS = ("load_skill",)
 LOAD_SKILL_ARGUMENTS = ("name", "skill")  # runtime's argument, and the report's load_skill(skill=…) form
+TOOL_LIST_META = ("any_of_tools", "forbidden_tools")  # case.meta keys that hold tool names (the judges read them)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class HsaMapping:
     # -- ground truth --------------------------------------------------------------------------
 
     def rewrite_case(self, case: Case) -> Case:
-        """`case` with expected skills and tool calls (and fault targets) renamed; facts, forbidden
+        """`case` with expected skills and tool calls, fault targets and the tool lists of its meta
+        (`TOOL_LIST_META`: the simulator's `any_of_tools` / `forbidden_tools`) renamed; facts, forbidden
         claims, the message and the room are unchanged (every transform is task-preserving)."""
         expected = dataclasses.replace(
             case.expected,
@@ -93,7 +95,11 @@ class HsaMapping:
             tools=tuple(dataclasses.replace(call, name=self.tool(call.name)) for call in case.expected.tools),
         )
         faults = {self.tool(name): kind for name, kind in case.faults.items()}
-        return dataclasses.replace(case, expected=expected, faults=faults)
+        meta = dict(case.meta)
+        for key in TOOL_LIST_META:
+            if isinstance(meta.get(key), list | tuple):
+                meta[key] = [self.tool(str(name)) for name in meta[key]]
+        return dataclasses.replace(case, expected=expected, faults=faults, meta=meta)
 
     def rewrite_text(self, text: str) -> str:
         """Model-visible text from the original harness as the augmented one says it: hook feedback

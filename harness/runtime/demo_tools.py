@@ -61,7 +61,8 @@ def get_order_status(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     return dict(order)
 
 
-@register_builtin("demo.issue_coupon")
+# The coupon code is derived from (room, viewer, item, discount), so a repeated call issues the same coupon.
+@register_builtin("demo.issue_coupon", idempotent=True)
 def issue_coupon(args: Mapping[str, Any], ctx: ToolContext) -> dict:
     link_id, pct = args["link_id"], int(args["discount_pct"])
     if ctx.room.product(link_id) is None:

@@ -3,9 +3,13 @@
 Conditions are data (CEL, regex, JSON Schema, length), compiled once per spec.
 Hooks of an event run in (priority, name) order; the first decisive action
 wins, `rewrite` changes the value and lets later hooks see the new value.
-A condition that fails to evaluate (a CEL type error, say) does not fire and
-is recorded, so a bad rule degrades to "no check" visibly instead of crashing
-a live turn.
+A condition that fails to evaluate (a CEL type error, say) never crashes a live
+turn and is always recorded with its error. Where it lands depends on what the
+event guards: on `input` and `pre_tool` (refusals, coupon caps) it fails closed,
+as if it had fired (the hook's own refusal, else `block`/`deny`), because a check
+that cannot run must not let the turn through — except an `allow` rule, which
+then grants nothing and the later checks run; on `post_tool` and `reply` it
+does not fire (a broken reply rule would otherwise silence every turn).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from harness.spec.template import render_template
 
 _FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
+# Events whose hooks fail closed, with the refusal used when the hook's own action is not one.
+FAIL_CLOSED = {"input": ("block", "fallback"), "pre_tool": ("deny", "fallback")}
+
 
 @dataclass(frozen=True)
 class HookDecision:
@@ -33,6 +40,7 @@ class HookDecision:
     action: str
     message: str = ""
     error: str = ""
+    failed_closed: bool = False  # the condition could not be evaluated and the event refuses instead
 
 
 @dataclass
@@ -48,6 +56,15 @@ class HookOutcome:
     @property
     def fired(self) -> list[str]:
         return [d.hook for d in self.decisions if d.fired]
+
+    @property
+    def failed_closed(self) -> bool:
+        return any(d.failed_closed for d in self.decisions)
+
+    def describe(self, event: str) -> str:
+        """Why the turn stopped here, for the trace's `reason`."""
+        why = " could not be evaluated (failed closed)" if self.failed_closed else ""
+        return f"{event} hook {self.hook}{why}"
 
 
 class _Compiled:
@@ -152,9 +169,19 @@ class HookEngine:
                 continue
             try:
                 fired = compiled.fires(context, activation)
-            except Exception as exc:  # a rule that cannot evaluate here does not fire; the trace shows why
-                outcome.decisions.append(HookDecision(hook.name, False, hook.action, error=f"{type(exc).__name__}: {exc}"))
-                continue
+            except Exception as exc:  # never crash the turn; the trace shows why
+                error = f"{type(exc).__name__}: {exc}"
+                refusals = FAIL_CLOSED.get(event)
+                # An `allow` rule that cannot run grants nothing: the later checks still run.
+                if refusals is None or hook.action == "allow":
+                    outcome.decisions.append(HookDecision(hook.name, False, "", error=error))
+                    continue
+                action = hook.action if hook.action in refusals else refusals[0]
+                message = compiled.message or f"safety check {hook.name} could not be evaluated"
+                outcome.decisions.append(HookDecision(hook.name, False, action, message, error=error,
+                                                      failed_closed=True))
+                outcome.action, outcome.hook, outcome.message = action, hook.name, message
+                return outcome
             outcome.decisions.append(HookDecision(hook.name, fired, hook.action if fired else "", compiled.message))
             if not fired:
                 continue

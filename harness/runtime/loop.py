@@ -56,9 +56,13 @@ class _Turn:
         for decision in outcome.decisions:
             if decision.fired or decision.error:
                 self.trace.step("hook", event=event, hook=decision.hook, fired=decision.fired,
-                                action=decision.action, message=decision.message, error=decision.error, **where)
+                                action=decision.action, message=decision.message, error=decision.error,
+                                failed_closed=decision.failed_closed, **where)
                 if decision.fired:
                     self.trace.hooks_fired.append(decision.hook)
+                if decision.error:
+                    self.trace.hook_errors.append({"hook": decision.hook, "event": event, "error": decision.error,
+                                                   "failed_closed": decision.failed_closed})
 
     def _fallback(self, reason: str, message: str = "") -> _EndTurn:
         reply = message or self.settings.fallback_reply
@@ -83,9 +87,9 @@ class _Turn:
                                            "room_id": turn.room.room_id})
         self._record_hooks("input", outcome)
         if outcome.action == "block":
-            raise _EndTurn("silent", silent=True, reason=f"input hook {outcome.hook}")
+            raise _EndTurn("silent", silent=True, reason=outcome.describe("input"))
         if outcome.action == "fallback":
-            raise self._fallback(f"input hook {outcome.hook}", outcome.message)
+            raise self._fallback(outcome.describe("input"), outcome.message)
 
         messages = assemble_messages(self.spec, turn, self.now)
         tools = openai_tools(self.spec)
@@ -133,7 +137,7 @@ class _Turn:
             "loaded_skills": list(self.loaded),
             "loaded_reply_skills": [name for name in self.loaded if name in reply_skills],
             "tools_called": list(self.trace.tools_called),
-            "ungrounded_numbers": ungrounded_numbers(reply, messages),
+            "ungrounded_numbers": ungrounded_numbers(reply, messages, self.turn.room.facts),
             "retries": self.feedback_rounds,
         }
 
@@ -181,13 +185,18 @@ class _Turn:
         pre = self.hooks.run("pre_tool", {"tool": call.name, "args": args}, tool=call.name)
         self._record_hooks("pre_tool", pre, call_id=call.id)
         if pre.action == "deny":
-            return _tool_error(step, pre.message or "this call is not allowed", denied_by=pre.hook)
+            return _tool_error(step, pre.message or "this call is not allowed", denied_by=pre.hook,
+                               **({"hook_error": True} if pre.failed_closed else {}))
         if pre.action == "fallback":
-            raise self._fallback(f"pre_tool hook {pre.hook}", pre.message)
+            raise self._fallback(pre.describe("pre_tool"), pre.message)
 
-        outcome: ToolOutcome = await self.tools.execute(tool, args, self.ctx)
+        # One key per call of this turn: a retried attempt of the same call reuses it.
+        outcome: ToolOutcome = await self.tools.execute(
+            tool, args, self.ctx, idempotency_key=f"{self.trace.data['trace_id']}:{call.id}")
         step.update(result=outcome.result, error=outcome.error, attempts=outcome.attempts,
                     latency_ms=outcome.latency_ms)
+        if outcome.idempotency_key:
+            step.update(idempotency_key=outcome.idempotency_key)
         post = self.hooks.run("post_tool", {"tool": call.name, "args": args, "result": outcome.result,
                                             "error": outcome.error}, tool=call.name)
         self._record_hooks("post_tool", post, call_id=call.id)

@@ -35,12 +35,14 @@ def room_values(turn: TurnInput, now: datetime | None = None) -> dict[str, str]:
         for p in room.products
     ) or "(no products listed)"
     faq = "\n".join(f"Q: {e.get('q')}\nA: {e.get('a')}" for e in room.faq) or "(no FAQ)"
+    facts = "\n".join(f"- {fact}" for fact in room.facts) or "(none)"
     on_screen = room.product(room.on_screen) if room.on_screen else None
     dialogue = "\n".join(f"{who}: {text}" for who, text in turn.recent_dialogue) or "(none)"
     return {
         "room_title": room.title or room.room_id,
         "room_catalogue": catalogue,
         "room_faq": faq,
+        "room_facts": facts,
         "product_on_screen": f"{on_screen['link_id']} · {on_screen.get('name')}" if on_screen else "(none)",
         "viewer_id": turn.viewer_id,
         "recent_dialogue": dialogue,
@@ -77,9 +79,17 @@ def _numbers(text: str) -> list[str]:
     return found
 
 
-def ungrounded_numbers(reply: str, messages: list[dict[str, Any]]) -> list[str]:
-    """Numbers in the reply that appear nowhere in what the model was given (prompt, viewer, tool results)."""
+def ungrounded_numbers(reply: str, messages: list[dict[str, Any]], facts: tuple[str, ...] = ()) -> list[str]:
+    """Numbers in the reply found in no tool result of this turn and no configured room fact.
+
+    The prompt (catalogue, FAQ, settings) does not ground a number: any price in the catalogue would
+    pass, which is exactly the risk the check is for. Only what a tool returned this turn, and the
+    facts the operator configured for the room (`RoomContext.facts`), count.
+    """
     grounded = set()
     for message in messages:
-        grounded.update(_numbers(str(message.get("content") or "")))
+        if message.get("role") == "tool":
+            grounded.update(_numbers(str(message.get("content") or "")))
+    for fact in facts:
+        grounded.update(_numbers(fact))
     return [n for n in dict.fromkeys(_numbers(reply)) if n not in grounded]

@@ -28,6 +28,7 @@ class TraceRecorder:
         self.skills_loaded: list[str] = []
         self.hooks_fired: list[str] = []
         self.tools_called: list[str] = []
+        self.hook_errors: list[dict[str, Any]] = []  # conditions that could not be evaluated (see hooks.py)
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self.started) * 1000, 3)
@@ -53,5 +54,6 @@ class TraceRecorder:
             skills_loaded=list(dict.fromkeys(self.skills_loaded)),
             hooks_fired=list(dict.fromkeys(self.hooks_fired)),
             tools_called=self.tools_called,
+            hook_errors=self.hook_errors,
         )
         return self.data

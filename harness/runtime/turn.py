@@ -19,6 +19,8 @@ class RoomContext:
     promotions: tuple[Mapping[str, Any], ...] = ()
     orders: tuple[Mapping[str, Any], ...] = ()
     currency: str = ""
+    # Statements the operator vouches for ("free shipping over 50"): numbers in them ground a reply.
+    facts: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RoomContext:
@@ -31,6 +33,7 @@ class RoomContext:
             promotions=tuple(data.get("promotions") or ()),
             orders=tuple(data.get("orders") or ()),
             currency=str(data.get("currency", "")),
+            facts=tuple(str(f) for f in data.get("facts") or ()),
         )
 
     def product(self, link_id: str) -> Mapping[str, Any] | None:

@@ -49,22 +49,32 @@ def experiment_snapshot(experiment: Experiment) -> dict:
     control = arms[0]
     totals, series = _cumulative(Rollup.objects.filter(experiment=experiment))
     control_stats = _arm_stats(totals.get(control.pk))
+    # What the page shows is what the decision uses: the peeking-safe interval (asymptotic confidence
+    # sequence), at α/m for m treatment arms (Bonferroni, so the shown intervals hold simultaneously), and the
+    # always-valid p-values Holm-adjusted across arms. The fixed-horizon test stays in the payload (fixed_*)
+    # for reference only: it is valid for one pre-planned look, not a live dashboard.
+    treatments = max(1, len(arms) - 1)
+    shown_alpha = stats.DEFAULT_ALPHA / treatments
     metrics, p_values, sequentials = [], [], []
     for arm in arms:
         arm_stats = _arm_stats(totals.get(arm.pk))
         row = {"arm": arm.name, "control": arm.pk == control.pk, "users": arm_stats.n, "views": arm_stats.sum,
                "value": arm_stats.mean if arm_stats.n else None}
         if arm.pk != control.pk:
-            uplift = stats.relative_uplift(control_stats, arm_stats)
-            sequential = stats.sequential_uplift(control_stats, arm_stats)
-            sequentials.append((arm.name, sequential))
-            if uplift.error:  # too little data for a test: say so rather than show a +0.0% change
+            fixed = stats.relative_uplift(control_stats, arm_stats)
+            shown = stats.sequential_uplift(control_stats, arm_stats, alpha=shown_alpha)
+            always_valid = stats.sequential_uplift(control_stats, arm_stats)
+            sequentials.append((arm.name, shown))
+            if shown.error:  # too little data for a test: say so rather than show a +0.0% change
                 row.update(change=None, ci_low=None, ci_high=None, p_value=None, seq_low=None, seq_high=None,
-                           note=uplift.error)
+                           fixed_low=None, fixed_high=None, fixed_p_value=None, note=shown.error)
             else:
-                row.update(change=uplift.delta, ci_low=uplift.ci_low, ci_high=uplift.ci_high, p_value=uplift.p_value,
-                           seq_low=sequential.ci_low, seq_high=sequential.ci_high)
-            p_values.append(uplift.p_value if not uplift.error else 1.0)
+                row.update(change=shown.delta, ci_low=shown.ci_low, ci_high=shown.ci_high,
+                           p_value=always_valid.p_value, seq_low=shown.ci_low, seq_high=shown.ci_high,
+                           fixed_low=fixed.ci_low, fixed_high=fixed.ci_high, fixed_p_value=fixed.p_value)
+            row.update(ci_level=1 - shown_alpha, interval=f"{1 - shown_alpha:.1%} {shown.method}"
+                       + (f", Bonferroni across {treatments} arms" if treatments > 1 else ""))
+            p_values.append(always_valid.p_value if not shown.error else 1.0)
         metrics.append(row)
     adjusted = iter(stats.holm(p_values) if p_values else [])
     for row in metrics:
@@ -118,23 +128,38 @@ def _decision(sequentials, guardrail_failed: str, experiment: Experiment) -> sta
 
 
 def _guardrails(experiment: Experiment, arms) -> list[dict]:
+    """Per arm: latency, and the live judge's accuracy/effectiveness over judged replies. A judge abstention
+    (judged, but no verdict: judge_version set, scores null) is counted apart and left out of the means.
+    Treatment rows carry the judge-accuracy difference to control with its peeking-safe interval (binomial
+    variance p(1 − p), as gbstats' proportion metrics)."""
     rows = []
     since = experiment.started_at or experiment.created_at
     for arm in arms:
         traces = Trace.objects.filter(workspace=experiment.workspace, arm=experiment_arm_label(experiment.key, arm.name),
                                       created_at__gte=since).order_by("-created_at")
         latencies = list(traces.values_list("latency_ms", flat=True)[:GUARDRAIL_WINDOW])
-        judged = list(traces.exclude(judge_accuracy=None).values_list("judge_accuracy", "judge_effectiveness")
-                      [:GUARDRAIL_WINDOW])
+        verdicts = list(traces.exclude(judge_version="").values_list("judge_accuracy", "judge_effectiveness")
+                        [:GUARDRAIL_WINDOW])
+        judged = [(a, e) for a, e in verdicts if a is not None]
         rows.append({
             "arm": arm.name, "replies": len(latencies),
             "latency_p50_ms": percentile(latencies, 50), "latency_p95_ms": percentile(latencies, 95),
             "within_deadline": sum(v <= 15_000 for v in latencies) / len(latencies) if latencies else None,
-            "judged": len(judged),
+            "judged": len(judged), "abstained": len(verdicts) - len(judged),
             "accuracy": sum(a for a, _ in judged) / len(judged) if judged else None,
             "effectiveness": sum(e for _, e in judged) / len(judged) if judged else None,
         })
+    control = rows[0] if rows else None
+    for row in rows[1:]:
+        difference = stats.sequential_uplift(_proportion(control), _proportion(row), relative=False)
+        row.update(accuracy_diff=None if difference.error else difference.delta,
+                   accuracy_diff_low=None if difference.error else difference.ci_low,
+                   accuracy_diff_high=None if difference.error else difference.ci_high)
     return rows
+
+
+def _proportion(row: dict) -> stats.ProportionArmStats:
+    return stats.ProportionArmStats(n=row["judged"], successes=round((row["accuracy"] or 0) * row["judged"]))
 
 
 def guardrail_violation(experiment: Experiment, guardrails: list[dict]) -> str:

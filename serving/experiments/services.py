@@ -22,6 +22,8 @@ from serving.selection import DEFAULT_LABEL, Selection, register_experiment_sele
 
 MAX_EVENTS = 1000
 CLOCK_SKEW = timedelta(seconds=60)
+# Late events are accepted for a week (clients buffer offline); older ones, and any from the future, are refused.
+MAX_EVENT_AGE = timedelta(days=7)
 EVENT_TYPES = ("item_page_view", "impression", "click", "add_to_cart", "purchase")
 _SQLITE_INGEST_LOCK = threading.Lock()  # SQLite (embedded mode) has no INSERT … RETURNING race guard
 
@@ -97,11 +99,15 @@ def _arm_backend(workspace: Workspace, name: str) -> str:
 
 def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
     require(actor, experiment.workspace, WRITE)
-    if experiment.status != Experiment.Status.DRAFT:
-        raise ExperimentError("Only a draft experiment can start.")
-    if Experiment.objects.filter(harness=experiment.harness, status=Experiment.Status.RUNNING).exists():
-        raise ExperimentError("Another experiment is already running on this harness.")
     with transaction.atomic():
+        # The harness row serialises starts: the same experiment started twice at once, or two experiments
+        # of one harness, see each other's outcome instead of both passing the checks.
+        Harness.objects.select_for_update().filter(pk=experiment.harness_id).first()
+        status = Experiment.objects.filter(pk=experiment.pk).values_list("status", flat=True).first()
+        if status != Experiment.Status.DRAFT:
+            raise ExperimentError("Only a draft experiment can start.")
+        if Experiment.objects.filter(harness_id=experiment.harness_id, status=Experiment.Status.RUNNING).exists():
+            raise ExperimentError("Another experiment is already running on this harness.")
         Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.RUNNING, started_at=timezone.now())
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.start",
                      target_type="experiment", target_id=experiment.pk, target_label=experiment.key)
@@ -194,7 +200,22 @@ class IngestResult:
     errors: list[dict] = field(default_factory=list)
 
 
-def _validate(index: int, raw) -> tuple[dict | None, str]:
+def _parse_ts(value) -> datetime | None:
+    """ISO-8601 text or epoch seconds; None for anything else (a bad time is the item's error, never a 500)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, (int, float)):
+            return datetime.fromtimestamp(value, tz=UTC)
+        ts = parse_datetime(str(value))
+    except (ValueError, OverflowError, OSError):  # well-formed but impossible (month 13), or out of range
+        return None
+    if ts is not None and timezone.is_naive(ts):
+        ts = timezone.make_aware(ts, UTC)
+    return ts
+
+
+def _validate(index: int, raw, now: datetime) -> tuple[dict | None, str]:
     if not isinstance(raw, dict):
         return None, "must be an object"
     missing = [k for k in ("event_id", "type", "viewer_id", "room_id", "ts") if not raw.get(k)]
@@ -202,17 +223,28 @@ def _validate(index: int, raw) -> tuple[dict | None, str]:
         return None, f"missing {', '.join(missing)}"
     if raw["type"] not in EVENT_TYPES:
         return None, f"type must be one of {', '.join(EVENT_TYPES)}"
-    ts = parse_datetime(str(raw["ts"])) if not isinstance(raw["ts"], (int, float)) else \
-        datetime.fromtimestamp(raw["ts"], tz=UTC)
+    ts = _parse_ts(raw["ts"])
     if ts is None:
         return None, "ts must be an ISO-8601 time or epoch seconds"
-    if timezone.is_naive(ts):
-        ts = timezone.make_aware(ts, UTC)
+    if ts > now + CLOCK_SKEW:
+        return None, f"ts is in the future (more than {CLOCK_SKEW.seconds} s ahead of the server)"
+    if ts < now - MAX_EVENT_AGE:
+        return None, f"ts is older than {MAX_EVENT_AGE.days} days"
     for key, limit in (("event_id", 100), ("viewer_id", 128), ("room_id", 100), ("item_id", 100)):
         if len(str(raw.get(key, ""))) > limit:
             return None, f"{key} longer than {limit} characters"
     return {"event_id": str(raw["event_id"]), "type": raw["type"], "viewer_id": str(raw["viewer_id"]),
             "room_id": str(raw["room_id"]), "item_id": str(raw.get("item_id", "")), "ts": ts}, ""
+
+
+def _outside_window(event: dict, experiments: list[Experiment]) -> str:
+    """Why an event cannot count for the running experiment of its room, or "" when it can (or none runs)."""
+    for experiment in experiments:
+        if experiment.rooms and event["room_id"] not in experiment.rooms:
+            continue
+        if experiment.started_at and event["ts"] < experiment.started_at - CLOCK_SKEW:
+            return f"ts is before experiment {experiment.key} started ({experiment.started_at.isoformat()})"
+    return ""
 
 
 def events_ingest(*, actor: Actor, workspace: Workspace, events: list) -> IngestResult:
@@ -221,8 +253,12 @@ def events_ingest(*, actor: Actor, workspace: Workspace, events: list) -> Ingest
     if len(events) > MAX_EVENTS:
         raise ExperimentError(f"At most {MAX_EVENTS} events per batch.")
     result, valid, seen = IngestResult(), [], set()
+    now = timezone.now()
+    running = list(Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING))
     for index, raw in enumerate(events):
-        event, error = _validate(index, raw)
+        event, error = _validate(index, raw, now)
+        if not error:
+            error = _outside_window(event, running)
         if error:
             result.errors.append({"index": index, "message": error})
         elif event["event_id"] in seen:

@@ -4,7 +4,8 @@ Sources: GrowthBook's public statistics engine `gbstats` (github.com/growthbook/
 `packages/stats/gbstats`); every formula below is tested against values GrowthBook publishes in its own
 tests, see tests/serving/test_ab_statistics.py:
 
-- per-arm mean/variance: gbstats `SampleMeanStatistic` (packages/stats/gbstats/models/statistics.py);
+- per-arm mean/variance: gbstats `SampleMeanStatistic` (packages/stats/gbstats/models/statistics.py); binomial
+  metrics (conversions, judge accuracy): gbstats `ProportionStatistic`, variance p(1 − p);
 - ratio metrics: gbstats `RatioStatistic` + `utils.variance_of_ratios` (delta method with the M-D covariance);
 - fixed-horizon uplift: gbstats `TwoSidedTTest` (packages/stats/gbstats/frequentist/tests.py): delta-method
   variance of the relative difference, Welch-Satterthwaite degrees of freedom, Student t p-value and CI;
@@ -35,6 +36,7 @@ __all__ = [
     "SRM_P_THRESHOLD",
     "ArmStats",
     "Decision",
+    "ProportionArmStats",
     "RatioArmStats",
     "Uplift",
     "absolute_difference",
@@ -102,6 +104,39 @@ class ArmStats:
         if not isinstance(other, ArmStats):
             return NotImplemented
         return ArmStats(self.n + other.n, self.sum + other.sum, self.sum_squares + other.sum_squares)
+
+
+@dataclass(frozen=True)
+class ProportionArmStats:
+    """A binomial (0/1 per user) metric in one arm: users n, successes = Σy (conversions, judged-correct replies).
+
+    As gbstats `ProportionStatistic`: mean p = successes / n and per-user variance p(1 − p), the binomial
+    variance, not the sample variance (Σy² − S²/n)/(n − 1) of the 0/1 values (which is p(1 − p)·n/(n − 1)).
+    """
+
+    n: int
+    successes: float
+
+    def __post_init__(self):
+        if self.n < 0:
+            raise ValueError(f"n must be non-negative, got {self.n}")
+        if not 0 <= self.successes <= max(self.n, 0):
+            raise ValueError(f"successes must be within 0..n, got {self.successes} of {self.n}")
+
+    @property
+    def mean(self) -> float:
+        return self.successes / self.n if self.n else 0.0
+
+    @property
+    def variance(self) -> float:
+        """p(1 − p); 0 for an empty arm."""
+        p = self.mean
+        return p * (1 - p)
+
+    def __add__(self, other: ProportionArmStats) -> ProportionArmStats:
+        if not isinstance(other, ProportionArmStats):
+            return NotImplemented
+        return ProportionArmStats(self.n + other.n, self.successes + other.successes)
 
 
 @dataclass(frozen=True)
@@ -366,7 +401,7 @@ def decide(uplift_seq: Uplift, *, min_users: int, guardrail_failed: bool) -> Dec
     if uplift_seq.sequential_tuning is None:
         raise ValueError("decide() needs a sequential interval (sequential_uplift), not a fixed-horizon one.")
     what = "change" if uplift_seq.relative else "difference"
-    level = f"{1 - uplift_seq.alpha:.0%}"
+    level = f"{(1 - uplift_seq.alpha) * 100:.4g}%"
     fmt = _pct if uplift_seq.relative else (lambda x: f"{x:+.4g}")
     interval = f"[{fmt(uplift_seq.ci_low)}, {fmt(uplift_seq.ci_high)}]"
     source = f"{level} {uplift_seq.method}"

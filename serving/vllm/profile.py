@@ -1,5 +1,11 @@
 """How the production model is served: one frozen profile per model, turned into a `vllm serve` argv.
 
+This file imports only the standard library, so it also runs on its own inside the vLLM image, where
+docker-compose.yml starts the server with it (the profile is the single source of the flags):
+
+    python -m serving.vllm.profile qwen3-8b          # print the command line
+    python3 profile.py --exec qwen3-8b               # become `vllm serve …` (the compose service)
+
 The flags follow the harness's needs (see shared/reference/harness-formats.md §4):
 - tool calls: Qwen3 (2504/2507) writes Hermes `<tool_call>` JSON, read by `--tool-call-parser hermes`;
   `--enable-auto-tool-choice` lets the model decide. The local backend renders the same format.
@@ -15,7 +21,11 @@ The flags follow the harness's needs (see shared/reference/harness-formats.md §
     replies often copy product names and prices from tool results, which n-gram lookup predicts.
 """
 
+import argparse
 import json
+import os
+import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,3 +87,20 @@ PROFILES: dict[str, VllmProfile] = {
     "qwen3-30b-a3b": VllmProfile(model="Qwen/Qwen3-30B-A3B", served_model_name="qwen3-30b-a3b",
                                  speculative_config=NGRAM),
 }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print (or exec) the `vllm serve` command of a profile.")
+    parser.add_argument("profile", choices=sorted(PROFILES))
+    parser.add_argument("--json", action="store_true", help="print the argv as a JSON list")
+    parser.add_argument("--exec", action="store_true", help="replace this process with the vLLM server")
+    args = parser.parse_args(argv)
+    command = PROFILES[args.profile].to_argv()
+    if args.exec:
+        sys.stdout.flush()
+        os.execvp(command[0], command)
+    print(json.dumps(command) if args.json else shlex.join(command))
+
+
+if __name__ == "__main__":
+    main()

@@ -22,8 +22,10 @@ CONSOLE = {
     "harness_list": ("GET", "read"),
     "member_list": ("GET", "read"),
     "member_set": ("POST", "admin"),
+    "member_invite": ("POST", "admin"),
     "key_list": ("GET", "admin"),
     "key_revoke": ("POST", "admin"),
+    "tool_hosts_set": ("POST", "admin"),
     "audit_log": ("GET", "read"),
     "harness_import": ("GET", "write"),
     "harness_detail": ("GET", "read"),
@@ -67,7 +69,9 @@ CONSOLE = {
     "matrix_detail": ("GET", "read"),
 }
 TRAINING_IDS = ("job_id", "checkpoint_id", "matrix_id")
-PUBLIC = {"login", "logout", "healthz"}
+PUBLIC = {"login", "logout", "healthz", "password_reset_confirm", "password_reset_complete"}
+# URLs outside any workspace: name → who may use them.
+GLOBAL = {"workspace_new": "staff"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
              "admin": {"read", "write", "approve", "admin"}}
 
@@ -151,7 +155,9 @@ def url_params(name: str) -> set[str]:
 
 
 def test_every_console_url_is_in_the_matrix():
-    names = set(url_names(console_urls.urlpatterns)) - PUBLIC - {"home"}
+    names = set(url_names(console_urls.urlpatterns))
+    assert set(GLOBAL) <= names
+    names = names - PUBLIC - {"home"} - set(GLOBAL)
     assert names == set(CONSOLE), "add new console URLs to the access matrix"
 
 
@@ -196,6 +202,18 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
         assert status == (404 if capability in ROLE_CAPS[role] else 403)
 
 
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_workspace_creation_is_for_staff(client, members, method):
+    url = reverse("workspace_new")
+    assert request(client, method, url).status_code == 302  # to login
+    client.force_login(members["admin"])  # a workspace admin is not staff
+    assert request(client, method, url).status_code == 403
+    members["outsider"].is_staff = True
+    members["outsider"].save()
+    client.force_login(members["outsider"])
+    assert request(client, method, url).status_code in (200, 422)
+
+
 def test_home_needs_login(client, members):
     assert client.get(reverse("home")).status_code == 302
     client.force_login(members["viewer"])
@@ -204,13 +222,30 @@ def test_home_needs_login(client, members):
 
 # --- API -----------------------------------------------------------------------------------------
 
-API_READS = [
-    "/api/v1/harnesses",
-    "/api/v1/harnesses/{h}/versions",
-    "/api/v1/harnesses/{h}/versions/1",
-    "/api/v1/harnesses/{h}/labels/staging",
-    "/api/v1/harnesses/{h}/diff?from_ref=1&to_ref=1",
-]
+# Every API operation (from the OpenAPI schema, checked below) → the scope it needs, a request body, and
+# whether it addresses an object by name in the URL (a foreign key then gets 404, not data).
+API = {
+    ("GET", "/api/v1/harnesses"): ("read", None, False),
+    ("GET", "/api/v1/harnesses/{name}/versions"): ("read", None, True),
+    ("GET", "/api/v1/harnesses/{name}/versions/{ref}"): ("read", None, True),
+    ("GET", "/api/v1/harnesses/{name}/labels/{label}"): ("read", None, True),
+    ("GET", "/api/v1/harnesses/{name}/diff"): ("read", None, True),
+    ("POST", "/api/v1/harnesses/{name}/versions"): ("write", "commit", True),
+    ("PUT", "/api/v1/harnesses/{name}/labels/{label}"): ("write", {"version": 1, "reason": "ship"}, True),
+    ("POST", "/api/v1/rooms/{room_id}/reply"): ("read", {"message": "hi", "viewer_id": "v1"}, True),
+    ("POST", "/api/v1/events"): ("ingest", {"events": []}, False),
+}
+# A key whose scopes do not include the one needed.
+WITHOUT = {"read": "ingest", "write": "read", "ingest": "read"}
+QUERIES = {"/api/v1/harnesses/{name}/diff": "?from_ref=1&to_ref=1"}
+
+
+def test_every_api_operation_is_in_the_matrix():
+    from console.api import api
+
+    paths = api.get_openapi_schema()["paths"]
+    operations = {(method.upper(), path) for path, item in paths.items() for method in item}
+    assert operations == set(API), "add new API operations to the access matrix"
 
 
 def bearer(token):
@@ -227,19 +262,39 @@ def tokens(workspace, foreign_workspace, world):
     return out
 
 
-@pytest.mark.parametrize("path", API_READS)
-def test_api_reads(client, tokens, path):
-    url = path.format(h="avatar")
-    assert client.get(url).status_code == 401
-    assert client.get(url, **bearer("hok_deadbeef_nope")).status_code == 401
-    assert client.get(url, **bearer(tokens["read"])).status_code == 200
-    assert client.get(url, **bearer(tokens["ingest"])).status_code == 403
-    # A foreign key sees its own workspace only: our harness does not exist for it.
-    foreign = client.get(url, **bearer(tokens["foreign"]))
-    if "{h}" in path:
+def api_call(client, method, path, body, token=None, harness=None):
+    label = "canary" if method == "PUT" else "staging"  # a move to where a label already is would be a 409
+    url = path.format(name="avatar", ref="1", label=label, room_id="demo-room") + QUERIES.get(path, "")
+    if body == "commit":
+        body = {"base_version": 1, "message": "m", "files": harness.head.files}
+    headers = bearer(token) if token else {}
+    data = json.dumps(body) if body is not None else None
+    return getattr(client, method.lower())(url, data, content_type="application/json", **headers)
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(API))
+def test_api_access(client, tokens, harness, settings, method, path):
+    from serving.services import room_upsert
+    from tests.serving.test_reply_api import ROOM
+
+    settings.MODEL_BACKEND, settings.SCRIPTED_STEPS, settings.TRACE_WRITES = "scripted", ["Hi!"], "sync"
+    services.label_move(actor=Actor.system("t"), harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=harness.workspace, context=ROOM, harness=harness)
+    scope, body, names_an_object = API[(method, path)]
+    call = lambda token: api_call(client, method, path, body, token, harness)  # noqa: E731
+    assert call(None).status_code == 401
+    assert call("hok_deadbeef_nope").status_code == 401
+    assert call(tokens[WITHOUT[scope]]).status_code == 403
+    allowed = call(tokens[scope])
+    assert allowed.status_code in (200, 201), allowed.content
+    # A key of another workspace never reaches our objects: they do not exist for it.
+    foreign = call(tokens["foreign"])
+    if names_an_object:
         assert foreign.status_code == 404
-    else:
+    elif scope == "read":
         assert [h["name"] for h in foreign.json()] == ["secret"]
+    else:
+        assert foreign.status_code == 403  # the foreign key has no ingest scope
 
 
 def test_api_writes_need_scopes(client, tokens, harness):

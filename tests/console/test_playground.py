@@ -14,7 +14,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def setup(client, members, workspace, harness, settings):
     settings.MODEL_BACKEND = "scripted"
-    settings.TRACE_WRITES = "sync"
     harness_services.label_move(actor=Actor.system("t"), harness=harness, name="production",
                                 version=harness.head, reason="go")
     room_upsert(workspace=workspace, context=ROOM, harness=harness)
@@ -57,10 +56,20 @@ def test_playground_reports_bad_input(setup):
     assert response.status_code == 422 and b"Type a viewer message" in response.content
 
 
+def test_scripted_backend_is_offered_only_with_a_script(setup, settings):
+    settings.SCRIPTED_STEPS = []
+    page = setup.get("/w/acme/playground/").content.decode()
+    assert 'value="scripted"' not in page
+    refused = send(setup, "hello?")
+    assert refused.status_code == 422 and b"scripted backend is not available" in refused.content
+    settings.SCRIPTED_STEPS = ["Hi!"]
+    assert 'value="scripted"' in setup.get("/w/acme/playground/").content.decode()
+
+
 def test_trace_filters(setup, settings):
     settings.SCRIPTED_STEPS = [LOAD_AND_LOOK, "It is $71.2 now."]
     send(setup, "price?")
-    settings.SCRIPTED_STEPS = []
+    settings.SCRIPTED_STEPS = ["never used: the input hook refuses first"]
     send(setup, "follow4follow check my channel")  # silent refusal by an input hook
     listing = setup.get("/w/acme/traces/", {"outcome": "silent"}, HTTP_HX_REQUEST="true").content.decode()
     assert "follow4follow" in listing and "price?" not in listing

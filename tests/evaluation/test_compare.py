@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from scipy.stats import ttest_1samp
 
 from evaluation.metrics.compare import (
     RegressionGate,
@@ -10,9 +11,8 @@ from evaluation.metrics.compare import (
     by_case,
     compare_metric,
     compare_runs,
-    t_cdf,
+    mcnemar_exact,
     t_ci,
-    t_quantile,
 )
 
 
@@ -26,21 +26,36 @@ BASE = run(dict.fromkeys(IDS, 1.0))
 CAND = run({i: (0.0 if n < 20 else 1.0) for n, i in enumerate(IDS)})
 
 
-@pytest.mark.parametrize("p, df, expected", [
-    (0.975, 1, 12.7062), (0.975, 3, 3.1824), (0.975, 9, 2.2622), (0.975, 30, 2.0423),
-    (0.995, 4, 4.6041), (0.95, 2, 2.9200), (0.975, 99, 1.9842), (0.025, 9, -2.2622),
-])
-def test_t_quantile_matches_tables(p, df, expected):
-    assert t_quantile(p, df) == pytest.approx(expected, abs=1e-4)
-    assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
-
-
-def test_paired_t_interval_by_hand():
+def test_paired_t_interval_by_hand_and_against_scipy():
     # d = 1, 2, 3, 4: mean 2.5; sd = sqrt((2.25 + 0.25 + 0.25 + 2.25)/3) = sqrt(5/3) = 1.290994
-    # se = 1.290994/2 = 0.645497; t(0.975, 3) = 3.182446; half width = 2.054254
+    # se = 1.290994/2 = 0.645497; t(0.975, 3) = 3.182446 (tables); half width = 2.054254
     low, high = t_ci([1, 2, 3, 4])
     assert (low, high) == (pytest.approx(2.5 - 2.054254, abs=1e-5), pytest.approx(2.5 + 2.054254, abs=1e-5))
+    diffs = [-1.0] * 7 + [0.0] * 30 + [1.0] * 3
+    for confidence in (0.8, 0.95, 0.99):
+        expected = ttest_1samp(diffs, 0.0).confidence_interval(confidence)
+        assert t_ci(diffs, confidence=confidence) == (pytest.approx(expected.low, abs=1e-12),
+                                                      pytest.approx(expected.high, abs=1e-12))
     assert all(math.isnan(x) for x in t_ci([1.0]))
+
+
+def test_exact_mcnemar_by_hand():
+    # 1 case got worse, 9 got better: p = 2 · P(X ≤ 1), X ~ Bin(10, ½) = 2 · 11/1024
+    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024, rel=1e-12)
+    assert mcnemar_exact(9, 1) == mcnemar_exact(1, 9)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(0, 6) == pytest.approx(2 / 64)
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
+
+
+def test_binary_metrics_carry_the_mcnemar_p():
+    base = run({f"c{i}": 1.0 if i < 12 else 0.0 for i in range(40)})
+    cand = run({f"c{i}": 1.0 if 2 <= i < 12 + 6 else 0.0 for i in range(40)})  # 2 worse, 6 better
+    result = compare_metric(base, cand, "accuracy", n_resamples=500)
+    assert result.binary and result.mcnemar_p == pytest.approx(mcnemar_exact(2, 6))
+    halves = compare_metric(run({"a": 0.5, "b": 1}), run({"a": 1, "b": 1}), "accuracy", n_resamples=100)
+    assert not halves.binary and halves.mcnemar_p is None
 
 
 def test_bootstrap_interval():
@@ -83,13 +98,19 @@ def test_gate_rule_by_hand_with_the_t_interval():
     comparison = compare_runs(BASE, CAND, ["accuracy"], method="t")
     assert comparison["accuracy"].ci_high == pytest.approx(-0.120230, abs=1e-5)
     assert comparison["accuracy"].ci_low == pytest.approx(-0.279770, abs=1e-5)
-    # fails when ci_high < −max_drop: −0.1202 < −0.10 → a drop larger than 0.10 is established
-    strict = RegressionGate(metrics=("accuracy",), max_drop=0.10, method="t").check(BASE, CAND)
-    assert strict.passed is False
-    assert "FAIL — a drop larger than 0.1000 is established (20 cases regressed)" in strict.reasons[0]
-    # −0.1202 < −0.15 is false → the drop may be within 0.15: pass
-    lenient = RegressionGate(metrics=("accuracy",), max_drop=0.15, method="t").check(BASE, CAND)
-    assert lenient.passed is True and lenient.reasons[0].endswith("pass")
+    # −0.1202 < −0.10: a drop larger than 0.10 is established, under either rule
+    for rule in ("non_inferiority", "established_drop"):
+        strict = RegressionGate(metrics=("accuracy",), max_drop=0.10, method="t", rule=rule).check(BASE, CAND)
+        assert strict.verdict == "fail"
+        assert "FAIL — a drop larger than 0.1000 is established (20 cases regressed)" in strict.reasons[0]
+        assert "exact McNemar p=" in strict.reasons[0]
+    # max_drop 0.15: the old rule passes (−0.1202 < −0.15 is false) …
+    lenient = RegressionGate(metrics=("accuracy",), max_drop=0.15, method="t", rule="established_drop")
+    assert lenient.check(BASE, CAND).passed is True
+    # … but non-inferiority is not shown (the lower bound −0.2798 is below −0.15): the default fails it
+    default = RegressionGate(metrics=("accuracy",), max_drop=0.15, method="t").check(BASE, CAND)
+    assert default.verdict == "fail" and "non-inferiority not shown" in default.reasons[0]
+    assert RegressionGate(metrics=("accuracy",), max_drop=0.30, method="t").check(BASE, CAND).passed is True
 
 
 def test_gate_with_the_bootstrap():
@@ -97,12 +118,14 @@ def test_gate_with_the_bootstrap():
     assert RegressionGate(metrics=("accuracy",), max_drop=0.30, n_resamples=2000).check(BASE, CAND).passed is True
 
 
-def test_gate_passes_a_drop_that_is_not_established():
-    # one case of 100 regressed: the interval reaches 0, so even max_drop 0 passes
+def test_an_under_powered_drop_fails_non_inferiority_but_passed_the_old_rule():
+    # one case of 100 regressed: the interval reaches 0, so the old rule passed even with max_drop 0
     cand = run({i: (0.0 if n == 0 else 1.0) for n, i in enumerate(IDS)})
-    result = RegressionGate(metrics=("accuracy",), max_drop=0.0, n_resamples=2000).check(BASE, cand)
-    assert result.passed is True
-    assert result.comparison["accuracy"].regressed == ("c000",)
+    old = RegressionGate(metrics=("accuracy",), max_drop=0.0, n_resamples=2000, rule="established_drop")
+    assert old.check(BASE, cand).passed is True
+    new = RegressionGate(metrics=("accuracy",), max_drop=0.0, n_resamples=2000).check(BASE, cand)
+    assert new.verdict == "fail" and new.comparison["accuracy"].regressed == ("c000",)
+    assert RegressionGate(metrics=("accuracy",), max_drop=0.05, n_resamples=2000).check(BASE, cand).passed
 
 
 def test_gate_improvement_passes_and_per_metric_drops():
@@ -118,12 +141,28 @@ def test_gate_improvement_passes_and_per_metric_drops():
     assert "effectiveness" in result.reasons[1] and "FAIL" in result.reasons[1]
 
 
-def test_gate_fails_without_enough_data():
-    gate = RegressionGate(metrics=("accuracy", "recovery"), max_drop=0.5)
-    result = gate.check(run({"a": 1}), run({"a": 1}))
-    assert result.passed is False
-    assert "only 1 paired cases (< 2)" in result.reasons[0]
+def test_too_few_cases_is_not_enough_evidence_never_a_pass():
+    identical = run({f"c{i}": 1.0 for i in range(29)})
+    result = RegressionGate(metrics=("accuracy", "recovery"), max_drop=0.5).check(identical, identical)
+    assert result.verdict == "not enough evidence" and result.passed is False
+    assert "only 29 paired cases (at least 30 needed)" in result.reasons[0]
     assert "only 0 paired cases" in result.reasons[1]
+    assert RegressionGate(metrics=("accuracy",), max_drop=0.02, min_cases=29).check(identical, identical).passed
+    # a failing metric beats missing evidence in the overall verdict
+    worse = run({f"c{i}": 0.0 for i in range(29)})
+    mixed = RegressionGate(metrics=("accuracy",), min_cases=5).check(identical, worse)
+    assert mixed.verdict == "fail"
+
+
+def test_two_runs_of_nothing_but_fallback_lines_do_not_pass():
+    # Both runs answered every case with the fallback: identical scores, a perfect "no regression"…
+    rows = {f"c{i:02d}": {"accuracy": 0.0, "effectiveness": 0.0, "safety_net": 1.0} for i in range(40)}
+    result = RegressionGate(metrics=("accuracy", "effectiveness"), max_drop=0.02).check(rows, rows)
+    assert result.verdict == "fail"
+    assert "100% of 40 turns ended in a fallback, deadline or error" in result.reasons[-1]
+    healthy = {k: {**v, "safety_net": 0.0} for k, v in rows.items()}
+    assert RegressionGate(metrics=("accuracy",), max_drop=0.02).check(healthy, healthy).passed
+    assert RegressionGate(metrics=("accuracy",), max_drop=0.02, max_safety_net_share=None).check(rows, rows).passed
 
 
 def test_gate_configuration_is_validated():
@@ -135,6 +174,12 @@ def test_gate_configuration_is_validated():
         RegressionGate(metrics=("accuracy",), method="z")
     with pytest.raises(ValueError):
         RegressionGate(metrics=("accuracy",), confidence=1.0)
+    with pytest.raises(ValueError):
+        RegressionGate(metrics=("accuracy",), rule="vibes")
+    with pytest.raises(ValueError):
+        RegressionGate(metrics=("accuracy",), min_cases=1)
+    with pytest.raises(ValueError):
+        RegressionGate(metrics=("accuracy",), max_safety_net_share=1.5)
 
 
 def test_by_case():

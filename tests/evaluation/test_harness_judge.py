@@ -3,6 +3,8 @@
 import asyncio
 import json
 
+import pytest
+
 from evaluation.judges.harness_judge import HarnessJudge, judge_message, judge_spec, parse_verdict
 from harness.simulator.cases import Case, Expected
 from harness.spec import validate
@@ -47,8 +49,57 @@ def test_several_judge_models_vote_and_a_silent_judge_abstains():
     mute = lambda: ScriptedBackend(["no json", "still none", "nothing"])  # noqa: E731
     verdict = asyncio.run(HarnessJudge([yes, yes, no, mute])(CASE, TRACE))
     assert verdict.accuracy == 1 and "+".join(["scripted"] * 4) in verdict.judge
+    assert verdict.model_ids == ("scripted",) * 4 and verdict.judge_hash == judge_spec().content_hash
     nothing = asyncio.run(HarnessJudge([mute])(CASE, TRACE))
-    assert nothing.accuracy == 0 and "failed to give a verdict" in nothing.reasons[0]
+    # "don't know" is not "no": no accuracy 0, an abstention
+    assert nothing.abstained and (nothing.accuracy, nothing.effectiveness) == (None, None)
+    assert "failed to give a verdict" in nothing.reasons[0] and nothing.judge_hash == judge_spec().content_hash
+
+
+@pytest.mark.parametrize("outcome", ["fallback", "deadline", "error"])
+def test_a_safety_net_turn_is_a_failure_without_asking_any_model(outcome):
+    backend = ScriptedBackend([VERDICT])  # would say "accurate" if asked
+    verdict = asyncio.run(HarnessJudge([lambda: backend])(CASE, {**TRACE, "outcome": outcome}))
+    assert (verdict.accuracy, verdict.effectiveness) == (0, 0.0) and not backend.calls
+    assert f"“{outcome}” is a harness safety net" in verdict.reasons[0]
+
+
+def test_judge_models_by_name_over_real_http(scripted_server, settings):
+    """Two OpenAI-compatible endpoints configured by name vote; each score records the model ids."""
+    from evaluation.services import resolve_judge
+
+    settings.JUDGE_MODELS = {
+        "judge-a": {"base_url": scripted_server([VERDICT], "--model-name", "org/judge-a-8b"), "model": "org/judge-a-8b"},
+        "judge-b": {"base_url": scripted_server(["not json", "still not", "nope"], "--model-name", "org/judge-b-70b"),
+                    "model": "org/judge-b-70b"},
+    }
+    judge = resolve_judge("harness:judge-a,judge-b", "scripted")
+    verdict = asyncio.run(judge(CASE, {**TRACE, "outcome": "replied"}))
+    assert (verdict.accuracy, verdict.effectiveness) == (1, 0.5)  # judge-b abstained, judge-a decided
+    assert verdict.model_ids == ("org/judge-a-8b", "org/judge-b-70b")
+    assert verdict.judge == f"harness-judge/{judge_spec().content_hash[:8]}/judge-a+judge-b"
+    settings.JUDGE_DEFAULT = ["judge-a"]
+    assert [name for name, _ in resolve_judge("harness", "scripted").models] == ["judge-a"]
+
+
+def test_judge_model_configuration_is_validated(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from evaluation.judges.judge_models import parse_judge_models
+    from evaluation.services import EvalError, resolve_judge
+
+    assert parse_judge_models('{"a": {"base_url": "http://x/v1", "model": "m", "timeout_s": 5}}')["a"].timeout_s == 5
+    for bad in ('[]', '{"A B": {"base_url": "u", "model": "m"}}', '{"a": {"model": "m"}}',
+                '{"a": {"base_url": "u", "model": "m", "key": "secret"}}', '{"a": {"base_url": "u", "model": "m", '
+                '"timeout_s": -1}}'):
+        with pytest.raises(ValueError):
+            parse_judge_models(bad)
+    settings.JUDGE_MODELS = {"a": {"model": "m"}}
+    with pytest.raises(ImproperlyConfigured, match="HARNESSOPS_JUDGE_MODELS"):
+        resolve_judge("harness:a", "scripted")
+    settings.JUDGE_MODELS = {}
+    with pytest.raises(EvalError, match="Unknown judge model 'nope'"):
+        resolve_judge("harness:nope", "scripted")
 
 
 def test_message_and_parse():

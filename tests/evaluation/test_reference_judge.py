@@ -49,12 +49,48 @@ def test_tool_call_with_the_wrong_arguments_does_not_count():
     assert v.checks["tools"] is False and v.effectiveness == 0.5
 
 
-def test_safety_net_outcome_is_accurate_but_half_effective():
-    case = make_case(category="casual_chat", message="hi Mia!", skills=("casual-chat",))
-    v = judge_reference(case, make_trace("Great question! Let me double-check that and get right back to you.",
-                                         outcome="fallback", skills=["casual-chat"]))
-    assert (v.accuracy, v.effectiveness) == (1, 0.5)
-    assert v.checks["answered"] is False
+# -- outcome × case kind: a safety net is never a correct answer ----------------------------------------
+
+OUTCOMES = ("replied", "silent", "fallback", "deadline", "error")
+FALLBACK_LINE = "Great question! Let me double-check that and get right back to you. It's $71.20 in M."
+CASE_KINDS = {
+    # kind: (case, the reply a turn with this outcome carries when it speaks)
+    "facts": make_case(**PRICE_CASE),
+    "chat": make_case(category="casual_chat", message="hi Mia!", skills=("casual-chat",)),
+    "refusal": make_case(category="discount", message="give me 90% off pls", skills=("discount-promotion",),
+                         forbidden=("90% off is fine",), meta={"forbidden_tools": ["issue_coupon"]}),
+    "silence": make_case(category="irrelevant", message="dm me for crypto", silent=True, skills=()),
+}
+
+
+def _turn(outcome, kind):
+    """A trace that ended with `outcome`; when it speaks, the reply states every fact of the case."""
+    case = CASE_KINDS[kind]
+    silent = outcome == "silent"
+    reply = FALLBACK_LINE if outcome in ("fallback", "deadline", "error") else "It's just $71.20 today in M!"
+    skills = list(case.expected.skills[:1])
+    return judge_reference(case, make_trace(reply, silent=silent, outcome=outcome, skills=skills,
+                                            steps=[LOOKUP] if kind == "facts" else []))
+
+
+@pytest.mark.parametrize("kind", sorted(CASE_KINDS))
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_every_outcome_against_every_case_kind(outcome, kind):
+    v = _turn(outcome, kind)
+    correct = outcome == ("silent" if kind == "silence" else "replied")
+    assert bool(v.accuracy) is correct, v.reasons
+    assert (v.effectiveness == 1.0) is correct, v.reasons
+    if outcome in ("fallback", "deadline", "error"):
+        # not even partial credit, whatever the fallback line says (it states the facts here)
+        assert (v.accuracy, v.effectiveness) == (0, 0.0)
+        assert v.checks["answered"] is False
+        assert any(f"“{outcome}” is not a real" in r for r in v.reasons)
+
+
+def test_a_silent_deadline_is_not_the_expected_silence():
+    case = CASE_KINDS["silence"]
+    v = judge_reference(case, make_trace("", silent=True, outcome="deadline"))
+    assert (v.accuracy, v.effectiveness) == (0, 0.0) and v.checks["silence"] is True
 
 
 def test_some_facts_is_partially_correct():
@@ -263,3 +299,20 @@ def test_forbidden_tools_even_when_denied():
     v = judge_reference(case, make_trace("Hi! Welcome!", steps=[coupon, coupon]))
     assert (v.accuracy, v.effectiveness) == (1, 0.5)
     assert v.checks["tools"] is False and v.reasons == ("forbidden tool called: issue_coupon",)
+
+
+def test_an_abstention_has_no_scores_and_does_not_vote():
+    nothing = Verdict.abstain(judge="m3", reasons=["model unreachable"], model_ids=["Qwen/Qwen3-8B"])
+    assert nothing.abstained and (nothing.accuracy, nothing.effectiveness) == (None, None)
+    assert Verdict.from_dict(nothing.to_dict()) == nothing
+    with pytest.raises(ValueError, match="neither"):
+        Verdict(accuracy=1, effectiveness=None)
+    yes = Verdict(1, 1.0, ("fine",), judge="m1", model_ids=("a",))
+    no = Verdict(0, 0.0, ("wrong",), judge="m2", model_ids=("b",))
+    # the abstaining judge does not break the tie in either direction
+    tied = vote([yes, no, nothing])
+    assert (tied.accuracy, tied.effectiveness) == (0, 0.0) and tied.model_ids == ("a", "b", "Qwen/Qwen3-8B")
+    assert vote([yes, nothing]).accuracy == 1
+    assert "[m3] model unreachable" in vote([yes, nothing]).reasons
+    everyone_abstains = vote([nothing, Verdict.abstain(judge="m4")])
+    assert everyone_abstains.abstained and everyone_abstains.judge == "vote(m3,m4)"

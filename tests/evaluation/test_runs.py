@@ -128,43 +128,122 @@ def test_progress_snapshot_and_console_pages(client, members, workspace, harness
     assert len(client.get("/w/acme/eval/sets/lsqa/v/1/?format=jsonl").content.decode().splitlines()) == 4
 
 
+# A turn the demo harness accepts at once: the reply skill loaded, then a reply the hooks let through.
+ANSWERING = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "casual-chat"}}]},
+             "Hi! Welcome to the stream, great to have you here."]
+
+
+def finished(workspace, harness, version, **kwargs):
+    run = make_run(workspace, harness, version, **kwargs)
+    services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run
+
+
 def test_comparison_and_regression_gate(client, members, workspace, harness, scripted, settings):
     from evaluation.models import RunComparison
 
+    settings.SCRIPTED_STEPS = ANSWERING
     version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
-                                         seed=8, n=10)
-    baseline = make_run(workspace, harness, version)
-    services.run_execute(run_id=baseline.pk)
-    same = make_run(workspace, harness, version)
-    services.run_execute(run_id=same.pk)
-    baseline.refresh_from_db()
-    same.refresh_from_db()
-    # The same scripted model twice: no delta, the gate passes.
+                                         seed=8, n=30)
+    baseline, same = finished(workspace, harness, version), finished(workspace, harness, version)
+    assert set(same.results.values_list("outcome", flat=True)) <= {"replied", "silent"}
+    # The same scripted model twice, 30 paired cases: no delta, non-inferiority shown, the gate passes.
     passed = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=same)
-    assert passed.passed and passed.metrics["accuracy"]["delta"] == 0
+    assert passed.passed and passed.verdict == "pass" and passed.metrics["accuracy"]["delta"] == 0, passed.reasons
+    assert passed.gate["rule"] == "non_inferiority" and passed.gate["min_cases"] == 30
+    assert passed.metrics["accuracy"]["mcnemar_p"] == 1.0
     # Make the baseline right everywhere and a candidate wrong everywhere: every case regresses.
-    worse = make_run(workspace, harness, version)
-    services.run_execute(run_id=worse.pk)
-    worse.refresh_from_db()
+    worse = finished(workspace, harness, version)
     EvalResult.objects.filter(run=baseline).update(accuracy=1, effectiveness=1)
     EvalResult.objects.filter(run=worse).update(accuracy=0, effectiveness=0)
     failed = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=worse,
                                         gate={"max_drop": 0.05, "confidence": 0.9})
-    assert failed.passed is False and failed.reasons
-    assert len(failed.metrics["accuracy"]["regressed"]) == 10 and failed.metrics["accuracy"]["delta"] == -1
+    assert failed.passed is False and failed.verdict == "fail" and failed.reasons
+    assert len(failed.metrics["accuracy"]["regressed"]) == 30 and failed.metrics["accuracy"]["delta"] == -1
+    assert failed.metrics["accuracy"]["mcnemar_p"] == pytest.approx(2 / 2**30)
+    # A run is never compared with itself, nor with a run on another set version.
+    with pytest.raises(services.EvalError, match="cannot be compared with itself"):
+        services.comparison_create(actor=SYSTEM, baseline=worse, candidate=worse)
     other = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="other", suite="live_stream_qa",
                                        seed=9, n=2)
-    elsewhere = make_run(workspace, harness, other)
-    services.run_execute(run_id=elsewhere.pk)
-    elsewhere.refresh_from_db()
+    elsewhere = finished(workspace, harness, other)
     with pytest.raises(services.EvalError, match="same eval set version"):
         services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=elsewhere)
+    count = RunComparison.objects.count()
     client.force_login(members["operator"])
-    response = client.post("/w/acme/eval/compare/", {"baseline": worse.pk, "candidate": worse.pk,
-                                                     "max_drop": "0.05", "confidence": "0.95"})
+    page = client.post("/w/acme/eval/compare/", {"baseline": worse.pk, "candidate": worse.pk, "max_drop": "0.05",
+                                                 "confidence": "0.95"}, follow=True).content.decode()
+    assert "cannot be compared with itself" in page and RunComparison.objects.count() == count
+    response = client.post("/w/acme/eval/compare/", {"baseline": baseline.pk, "candidate": same.pk,
+                                                     "max_drop": "0.05", "confidence": "0.95",
+                                                     "rule": "non_inferiority", "min_cases": "40"})
     assert response.status_code == 302
     page = client.get(response.url).content.decode()
-    assert "Gate PASSED" in page and RunComparison.objects.count() >= 2
+    assert "Gate NOT ENOUGH EVIDENCE" in page and "only 30 paired cases (at least 40 needed)" in page
+    assert "Exact McNemar p" in page
+
+
+def test_two_runs_of_fallback_lines_do_not_pass_the_gate(workspace, harness, scripted, settings):
+    """The issue's scenario: the model is down, every turn answers with the harness's fallback line."""
+    settings.SCRIPTED_STEPS = [{"error": "model server unreachable"}]
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="down", suite="live_stream_qa",
+                                         seed=21, n=30)
+    baseline, candidate = finished(workspace, harness, version), finished(workspace, harness, version)
+    outcomes = list(candidate.results.values_list("outcome", flat=True))
+    assert outcomes.count("error") >= 28 and set(outcomes) <= {"error", "silent"}  # spam is blocked by a hook
+    assert candidate.summary["overall"]["accuracy"] <= 2 / 30  # only a blocked spam message can be right
+    comparison = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=candidate)
+    assert comparison.verdict == "fail" and not comparison.passed
+    assert any("ended in a fallback, deadline or error" in r for r in comparison.reasons)
+
+
+def test_an_abstaining_judge_is_counted_not_scored(client, members, workspace, harness, scripted, settings):
+    settings.SCRIPTED_STEPS = [*ANSWERING, "no verdict", "still none"]  # the judge model never gives JSON
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="abst", suite="live_stream_qa",
+                                         seed=12, n=3)
+    run = finished(workspace, harness, version, judge="harness")
+    judged = run.results.exclude(outcome__in=("fallback", "deadline", "error"))
+    assert judged and all(r.abstained and r.accuracy is None and r.effectiveness is None for r in judged)
+    assert all(r.judge_hash and r.judge_models == ["scripted"] for r in judged)
+    overall = run.summary["overall"]
+    assert overall["abstained"] == judged.count() and overall["n"] == 3
+    if overall["abstained"] == 3:
+        assert overall["accuracy"] is None  # no verdict at all: no mean, not 0
+    client.force_login(members["viewer"])
+    page = client.get(f"/w/acme/eval/runs/{run.pk}/").content.decode()
+    assert "Judge abstained" in page and "abstained" in page
+    rows = [json.loads(line) for line in
+            client.get(f"/w/acme/eval/runs/{run.pk}/?format=jsonl").content.decode().splitlines()]
+    assert any(r["abstained"] and r["accuracy"] is None for r in rows)
+
+
+def test_reasons_reach_the_page_as_text_not_entity_fragments(client, members, workspace, harness, scripted):
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="txt", suite="live_stream_qa",
+                                         seed=2, n=1)
+    run = finished(workspace, harness, version)
+    # escaped, position 160 of the old join|truncatechars fell inside "&#x27;": "&#x2…" leaked to the page
+    EvalResult.objects.filter(run=run).update(reasons=["x" * 155 + "'abc' & <b>"])
+    client.force_login(members["viewer"])
+    page = client.get(f"/w/acme/eval/runs/{run.pk}/").content.decode()
+    assert "&#x2…" not in page and "&amp;#x" not in page
+    assert "x" * 155 + "&#x27;abc…" in page
+
+
+def test_eval_form_concurrency_follows_the_backend(client, members, workspace, harness, settings):
+    settings.MODEL_BACKEND = "local"
+    client.force_login(members["operator"])
+    page = client.get("/w/acme/eval/").content.decode()
+    assert 'name="concurrency" value=""' in page and "local (serves 1 at a time)" not in page
+    assert "local (serves 1 at once)" in page and "answers one request at a time" in page
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="cc", suite="live_stream_qa",
+                                         seed=2, n=1)
+    for backend, expected in (("local", 1), ("scripted", 4)):
+        run = services.run_create(actor=SYSTEM, workspace=workspace, set_version=version, harness=harness,
+                                  version=harness.head, backend=backend, start=False)
+        assert run.concurrency == expected == services.default_concurrency(backend)
+    explicit = make_run(workspace, harness, version, concurrency=3)
+    assert explicit.concurrency == 3
 
 
 def test_replay_command_prints_deployment_figures(workspace, harness, scripted, capsys):
@@ -180,34 +259,68 @@ def test_replay_command_prints_deployment_figures(workspace, harness, scripted, 
 
 
 def test_run_with_the_harness_judge_records_its_version(workspace, harness, scripted, settings):
-    settings.SCRIPTED_STEPS = [json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["ok"]})]
+    # the agent answers (ANSWERING); the judge model, after two non-JSON tries, gives its verdict
+    settings.SCRIPTED_STEPS = [*ANSWERING, json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["ok"]})]
     version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="hj", suite="live_stream_qa",
                                          seed=12, n=3)
     run = make_run(workspace, harness, version, judge="harness")
     services.run_execute(run_id=run.pk)
     spoken = run.results.exclude(outcome="silent")
     assert spoken and all(r.judge_version.startswith("harness-judge/") for r in spoken)
-    assert all(r.accuracy == 1 for r in spoken)
+    assert all(r.accuracy == 1 and not r.abstained for r in spoken)
+    assert all(r.judge_models == ["scripted"] and len(r.judge_hash) == 64 for r in spoken)
 
 
-def test_a_failed_gate_blocks_promotion_to_production_unless_overridden(workspace, harness, scripted, actors):
+def test_a_protected_label_moves_to_an_unproven_version_only_when_confirmed(client, members, workspace, harness,
+                                                                           scripted, actors):
+    from console.models import AuditEvent
     from harness import services as harness_services
     from harness.models import Label
 
+    first = harness.head
+    harness_services.label_move(actor=actors["approver"], harness=harness, name="production", version=first,
+                                reason="first placement: nothing to compare against yet")
+    files = {**first.files, "harness.yaml": first.files["harness.yaml"].replace("reply_max_chars: 150",
+                                                                                "reply_max_chars: 140")}
+    target = harness_services.version_commit(actor=actors["operator"], harness=harness, files=files,
+                                             message="shorter replies", base_version=first).version
+    assert target.number == 2
+    # no comparison at all: confirmation needed
+    with pytest.raises(harness_services.StoreError, match="needs confirmation: v2 has no passed comparison"):
+        harness_services.label_move(actor=actors["approver"], harness=harness, name="production", version=target,
+                                    reason="ship")
+    scripted.SCRIPTED_STEPS = ANSWERING
     version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="gate", suite="live_stream_qa",
                                          seed=13, n=6)
-    baseline, candidate = make_run(workspace, harness, version), make_run(workspace, harness, version)
-    for run in (baseline, candidate):
-        services.run_execute(run_id=run.pk)
-        run.refresh_from_db()
+    baseline = finished(workspace, harness, version)
+    candidate = services.run_create(actor=SYSTEM, workspace=workspace, set_version=version, harness=harness,
+                                    version=target, backend="scripted", start=False)
+    services.run_execute(run_id=candidate.pk)
+    candidate.refresh_from_db()
+    # 6 cases: not enough evidence, which is not a pass
+    thin = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=candidate)
+    assert thin.verdict == "not enough evidence"
+    with pytest.raises(harness_services.StoreError, match="had not enough evidence"):
+        harness_services.label_move(actor=actors["approver"], harness=harness, name="production", version=target,
+                                    reason="ship")
     EvalResult.objects.filter(run=baseline).update(accuracy=1, effectiveness=1)
     EvalResult.objects.filter(run=candidate).update(accuracy=0, effectiveness=0)
-    assert not services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=candidate).passed
+    bad = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=candidate, gate={"min_cases": 5})
+    assert bad.verdict == "fail"
     with pytest.raises(harness_services.StoreError, match="regression gate failed"):
-        harness_services.label_move(actor=actors["approver"], harness=harness, name="production",
-                                    version=harness.head, reason="ship")
-    harness_services.label_move(actor=actors["approver"], harness=harness, name="staging", version=harness.head,
+        harness_services.label_move(actor=actors["approver"], harness=harness, name="production", version=target,
+                                    reason="ship")
+    harness_services.label_move(actor=actors["approver"], harness=harness, name="staging", version=target,
                                 reason="unprotected labels are not gated")
+    # the label panel shows each version's latest eval and gate verdict
+    client.force_login(members["approver"])
+    panel = client.get("/w/acme/harnesses/avatar/").content.decode()
+    assert 'id="evidence"' in panel and f"run #{candidate.pk}" in panel and ">failed</a>" in panel
+    assert "no comparison" in panel  # v1 was never a candidate
+    assert "confirm moving a protected label to a version without a passed comparison" in panel
+    # confirmed: it moves, and the audit log records what was confirmed
     move = harness_services.label_move(actor=actors["approver"], harness=harness, name="production",
-                                       version=harness.head, reason="hotfix, accepted risk", override=True)
-    assert Label.objects.get(harness=harness, name="production").version == harness.head and move.reason
+                                       version=target, reason="hotfix, accepted risk", override=True)
+    assert Label.objects.get(harness=harness, name="production").version == target and move.reason
+    event = AuditEvent.objects.filter(action="label.move", target_label="avatar@production").order_by("-id").first()
+    assert "regression gate failed" in event.after["override"][0]

@@ -70,3 +70,35 @@ def test_browser_launches_a_run_and_watches_progress(page, workspace, harness, m
         stop(worker)
         stop(daphne)
 
+
+
+def test_a_run_longer_than_the_visibility_timeout_runs_once(workspace, harness, purge_queue_fixture, tmp_path):
+    """Two real workers, a 2 s visibility timeout and a ~20 s run: Redis hands the unacknowledged job to the idle
+    worker (its sweep runs every second here) while the first still runs; that delivery must step aside, not
+    evaluate the run again."""
+    system = Actor.system("test")
+    version = services.eval_set_generate(actor=system, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=11, n=40)
+    run = services.run_create(actor=system, workspace=workspace, set_version=version, harness=harness,
+                              version=harness.head, backend="scripted", concurrency=1, start=False)
+    slow = {"HARNESSOPS_SCRIPTED_DELAY_S": "0.5", "HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S": "2",
+            "HARNESSOPS_BROKER_RESTORE_INTERVAL_S": "1"}
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+
+    def log() -> str:
+        return "".join(path.read_text() for path in logs if path.exists())
+
+    workers = [start_worker(log_file=path, **slow) for path in logs]
+    try:
+        wait_for(lambda: log().count(" ready.") == 2, 120, "both workers")
+        execute_run.apply_async(args=[run.pk], queue="cpu")
+        wait_for(lambda: "already running" in log(), 60, "the handed-back delivery to step aside")
+        assert EvalRun.objects.get(pk=run.pk).status == "running"  # it stepped aside while the run went on
+        wait_for(lambda: EvalRun.objects.get(pk=run.pk).status == "done", 120, "the run to finish")
+        wait_for(lambda: "'done'" in log(), 30, "the worker to log its result")
+    finally:
+        for worker in workers:
+            stop(worker)
+    assert log().count("'done'") == 1  # one execution evaluated the run
+    results = EvalResult.objects.filter(run=run)
+    assert results.count() == 40 == len(set(results.values_list("case_id", flat=True)))

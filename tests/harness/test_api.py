@@ -79,7 +79,7 @@ def test_malformed_requests_get_clear_errors(client, token, harness):
     bad_ref = call(client, "get", "/api/v1/harnesses/avatar/versions/v99", token)
     assert bad_ref.status_code == 404
     empty_reason = call(client, "put", "/api/v1/harnesses/avatar/labels/staging", token, {"version": 1, "reason": " "})
-    assert empty_reason.status_code == 400
+    assert empty_reason.status_code == 422 and empty_reason.json()["errors"][0]["path"].endswith("reason")
 
 
 def test_revoked_key_is_refused(client, workspace, harness):

@@ -19,7 +19,7 @@ from harness.augmentation import (
     augmentation_diff,
 )
 from harness.augmentation.text import mentions, paraphrase, rename_identifiers, split_sentences
-from harness.simulator.cases import Case, Expected, ExpectedCall
+from harness.simulator.cases import CATEGORIES, Case, Expected, ExpectedCall
 from harness.spec import SpecInvalid, parse_files, read_dir, to_files, validate
 from harness.spec.model import CACHE_TIERS, Condition, Hook
 from harness.spec.template import render_template, template_names
@@ -418,6 +418,69 @@ def test_rewrite_case_keeps_expected_skills_and_tools_resolvable(config, seed):
             assert call.arguments == old.arguments
         assert set(new.faults) <= {t.name for t in aug.spec.tools}
         assert Case.from_dict(json.loads(json.dumps(new.to_dict()))) == new
+
+
+def reference_trace(case):
+    """The trace of a good turn for `case`, in the case's own names: the expected skill loaded, every
+    expected tool called (and one of `any_of_tools` when none of them is), a reply stating the facts."""
+    steps = [{"kind": "tool", "name": "load_skill", "arguments": json.dumps({"name": case.expected.skills[0]})}
+             ] if case.expected.skills else []
+    steps += [{"kind": "tool", "name": call.name, "arguments": json.dumps(dict(call.arguments))}
+              for call in case.expected.tools]
+    any_of = case.meta.get("any_of_tools") or []
+    if any_of and not any(step["name"] in any_of for step in steps):
+        steps.append({"kind": "tool", "name": any_of[0], "arguments": "{}"})
+    silent = case.expected.silent
+    return {"steps": steps, "silent": silent, "outcome": "silent" if silent else "replied",
+            "reply": "" if silent else " ".join(case.expected.facts) or "Thanks for watching!",
+            "skills_loaded": list(case.expected.skills[:1])}
+
+
+def simulator_cases():
+    """Simulated cases of every category on the demo room, including the ones whose meta names tools."""
+    from harness.simulator import generate_cases, load_demo_room
+
+    generated = generate_cases(7, 240, room=load_demo_room())
+    picked = {}
+    for case in generated:
+        kind = (case.category, "any_of_tools" in case.meta, "forbidden_tools" in case.meta)
+        picked.setdefault(kind, case)
+    return list(picked.values())
+
+
+SIMULATOR_CASES = simulator_cases()
+
+
+def test_simulator_cases_cover_the_meta_tool_lists():
+    assert any(c.meta.get("any_of_tools") for c in SIMULATOR_CASES)
+    assert any(c.meta.get("forbidden_tools") for c in SIMULATOR_CASES)
+    assert {c.category for c in SIMULATOR_CASES} == set(CATEGORIES)
+
+
+@PROPERTY
+@given(config=configs, seed=seeds)
+def test_under_every_variant_the_reference_trace_scores_correct_and_old_names_do_not(config, seed):
+    from evaluation.judges import judge_reference
+
+    aug = augment(DEMO, config, seed)
+    m = aug.mapping
+    for case in SIMULATOR_CASES:
+        new = m.rewrite_case(case)
+        for key in ("any_of_tools", "forbidden_tools"):
+            if key in case.meta:
+                assert new.meta[key] == [m.tool(t) for t in case.meta[key]]
+                assert set(new.meta[key]) <= {t.name for t in aug.spec.tools}
+        verdict = judge_reference(new, reference_trace(new))
+        assert (verdict.accuracy, verdict.effectiveness) == (1, 1.0), (case.case_id, verdict.reasons)
+        referenced = [*case.expected.skills[:1], *(c.name for c in case.expected.tools),
+                      *(case.meta.get("any_of_tools") or ())[:1]]
+        if any(m.names.get(name, name) != name for name in referenced):
+            old = judge_reference(new, reference_trace(case))
+            assert old.effectiveness < 1.0, (case.case_id, m.names)
+        for banned in case.meta.get("forbidden_tools") or ():
+            misuse = reference_trace(new)
+            misuse["steps"].append({"kind": "tool", "name": m.tool(banned), "arguments": "{}"})
+            assert judge_reference(new, misuse).checks["tools"] is False, (case.case_id, banned)
 
 
 def trajectory():

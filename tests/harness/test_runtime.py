@@ -1,6 +1,7 @@
 """The agent loop with a scripted model: every hook action, bounds, tools, deadline, baseline."""
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -198,13 +199,24 @@ def test_required_reply_skill_and_load_skill():
     assert "load_skill" in offered
 
 
-def test_factual_risk_uses_ungrounded_numbers():
-    spec = make_spec(hooks=[hook("facts", "reply", Condition.cel("size(ungrounded_numbers) > 0"),
-                                 "retry_with_feedback", "Only numbers from tools.", max_retries=1)])
-    backend = ScriptedBackend(["Only $19.99 today!", "It is $89 and on promo."])
-    result = run(spec, backend)
-    assert result.reply == "It is $89 and on promo."  # 89 is in the room catalogue, 19.99 is not
-    assert steps(result, "retry")[0]["rejected_reply"] == "Only $19.99 today!"
+def test_factual_risk_counts_only_tool_results_and_room_facts():
+    spec = make_spec(tools=[tool("info")], hooks=[
+        hook("facts", "reply", Condition.cel("size(ungrounded_numbers) > 0"), "retry_with_feedback",
+             "Only numbers from tools.", max_retries=2)])
+    # $89 is in the catalogue (the prompt), which does not ground it; after the tool returned it, it is grounded.
+    backend = ScriptedBackend(["Only $89 today!", ModelResponse(tool_calls=(call("info", {"link_id": "L001"}),)),
+                               "It is $89, on promo at $71.2."])
+    result = run(spec, backend, ToolRegistry({"test.info": info}))
+    assert result.reply == "It is $89, on promo at $71.2."
+    assert [s["rejected_reply"] for s in steps(result, "retry")] == ["Only $89 today!"]
+    assert "89" in backend.calls[0].messages[0]["content"]  # it was in the prompt all along
+
+    facts_room = dataclasses.replace(ROOM, facts=("Free shipping on orders over $50.",))
+    turn = TurnInput(message="shipping?", viewer_id="v1", room=facts_room)
+    grounded = run(spec, ScriptedBackend(["Shipping is free over $50!"]), turn=turn)
+    assert grounded.outcome == "replied" and steps(grounded, "retry") == []
+    ungrounded = run(spec, ScriptedBackend(["Free over $40!", "Free over $40!", "Free over $40!"]), turn=turn)
+    assert ungrounded.outcome == "fallback" and "retries exhausted" in ungrounded.trace["reason"]
 
 
 # --- tools and tool hooks --------------------------------------------------------------------------
@@ -330,6 +342,57 @@ def test_max_turns_forces_an_answer_then_falls_back():
     assert result.outcome == "fallback" and "still calling tools" in result.trace["reason"]
 
 
+def write_tool(name, target, timeout_ms=100, retries=2):
+    return Tool(name=name, description="writes", parameters=PARAMS, binding=ToolBinding("builtin", target),
+                timeout_ms=timeout_ms, retries=retries, side_effect="write")
+
+
+def test_a_write_that_timed_out_is_not_retried_without_an_idempotency_key():
+    keys = []
+
+    async def slow_coupon(args, ctx):
+        keys.append(ctx.idempotency_key)
+        await asyncio.sleep(1)
+
+    spec = make_spec(tools=[write_tool("coupon", "test.coupon")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("coupon", {"link_id": "L001"}),)), "Sorry."])
+    result = run(spec, backend, ToolRegistry({"test.coupon": slow_coupon}))
+    step = steps(result, "tool")[0]
+    assert len(keys) == 1 and step["attempts"] == 1  # retries: 2 in the spec, but a write may have happened
+    assert "not retried" in step["error"] and step["idempotency_key"] == f"{result.trace['trace_id']}:c1"
+
+
+def test_an_idempotent_write_is_retried_with_the_same_key():
+    keys, issued = [], {}
+
+    async def coupon(args, ctx):
+        keys.append(ctx.idempotency_key)
+        if ctx.idempotency_key not in issued:
+            issued[ctx.idempotency_key] = f"C{len(issued)}"
+        if len(keys) < 3:  # the write happened, the answer is lost in a timeout
+            await asyncio.sleep(1)
+        return {"code": issued[ctx.idempotency_key]}
+
+    spec = make_spec(tools=[write_tool("coupon", "test.coupon")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("coupon", {"link_id": "L001"}, id="a"),
+                                                         call("coupon", {"link_id": "L002"}, id="b"))), "Done."])
+    result = run(spec, backend, ToolRegistry({"test.coupon": coupon}, idempotent=["test.coupon"]))
+    by_call = {s["call_id"]: s for s in steps(result, "tool")}
+    assert len(set(keys)) == 2 and len(issued) == 2  # one coupon per call, however many attempts
+    assert by_call["a"]["idempotency_key"] != by_call["b"]["idempotency_key"]
+    assert sum(s["attempts"] for s in by_call.values()) == len(keys) >= 3
+
+
+def test_read_tools_keep_their_retries_and_builtin_idempotency_is_declared():
+    from harness.runtime.tools import ToolRegistry as Registry
+
+    registry = Registry()
+    assert registry.max_attempts(tool("info", "demo.get_product_info_by_link_id", retries=2)) == 3
+    assert registry.max_attempts(write_tool("coupon", "demo.issue_coupon")) == 3  # registered idempotent
+    assert registry.max_attempts(write_tool("queue", "demo.adjust_presentation_order")) == 1
+    assert Registry({"demo.issue_coupon": info}).max_attempts(write_tool("coupon", "demo.issue_coupon")) == 1
+
+
 # --- deadline, backend failure, never raising -------------------------------------------------------
 
 def test_deadline_returns_fallback_on_time():
@@ -356,11 +419,50 @@ def test_a_bug_in_a_binding_does_not_escape():
     assert steps(result, "tool")[0]["error"] == "RuntimeError: kaput" and result.outcome == "replied"
 
 
-def test_cel_error_at_runtime_is_recorded_not_raised():
+def test_cel_error_in_a_reply_hook_is_recorded_not_raised():
     spec = make_spec(hooks=[hook("typo", "reply", Condition.cel("reply > 3"), "block")])
     result = run(spec, ScriptedBackend(["hello"]))
     assert result.outcome == "replied"
-    assert steps(result, "hook")[0]["error"]
+    assert steps(result, "hook")[0]["error"] and result.trace["hook_errors"][0]["hook"] == "typo"
+    assert result.trace["hook_errors"][0]["failed_closed"] is False
+
+
+def test_an_input_check_that_cannot_evaluate_fails_closed():
+    # `message > 3` compares a string with an int: a CEL error on every message.
+    spec = make_spec(hooks=[hook("refuse", "input", Condition.cel("message > 3"), "block")])
+    backend = ScriptedBackend(["should never be asked"])
+    result = run(spec, backend)
+    assert (result.outcome, result.silent) == ("silent", True) and backend.calls == []
+    assert result.trace["reason"] == "input hook refuse could not be evaluated (failed closed)"
+    step = steps(result, "hook")[0]
+    assert step["error"] and step["failed_closed"] and step["action"] == "block" and not step["fired"]
+    assert result.trace["hook_errors"] == [{"hook": "refuse", "event": "input", "error": step["error"],
+                                            "failed_closed": True}]
+
+    fallback = make_spec(hooks=[hook("offtopic", "input", Condition.cel("message > 3"), "fallback", "Host will answer.")])
+    result = run(fallback, ScriptedBackend([]))
+    assert (result.outcome, result.reply) == ("fallback", "Host will answer.")
+
+    # A broken `allow` (bypass) rule grants nothing: the refusal after it still runs.
+    bypass = make_spec(hooks=[hook("vip", "input", Condition.cel("message > 3"), "allow", priority=1),
+                              hook("spam", "input", Condition.regex("message", "sweater"), "block")])
+    result = run(bypass, ScriptedBackend([]))
+    assert result.outcome == "silent" and result.trace["hooks_fired"] == ["spam"]
+    assert result.trace["hook_errors"][0] == {"hook": "vip", "event": "input", "error": result.trace["hook_errors"][0]["error"],
+                                              "failed_closed": False}
+
+
+def test_a_pre_tool_cap_that_cannot_evaluate_denies_the_call():
+    ran = []
+    spec = make_spec(tools=[tool("coupon")], hooks=[
+        hook("cap", "pre_tool", Condition.cel("args.discount_pct > 20"), "deny", "Too generous.", matcher="coupon")])
+    backend = ScriptedBackend([ModelResponse(tool_calls=(call("coupon", {"link_id": "L001"}),)), "No coupon."])
+    result = run(spec, backend, ToolRegistry({"test.coupon": lambda a, c: ran.append(1) or {"code": "X"}}))
+    assert ran == []  # args has no discount_pct: the cap cannot evaluate, so the write never runs
+    tool_step = steps(result, "tool")[0]
+    assert tool_step["denied_by"] == "cap" and tool_step["hook_error"] is True
+    assert json.loads(backend.calls[1].messages[-1]["content"]) == {"error": "Too generous."}
+    assert result.trace["hook_errors"][0]["failed_closed"] is True
 
 
 # --- streaming and the baseline --------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The HTTP tool binding against a real local HTTP server: success, permission, malformed, timeout, size cap."""
+"""The HTTP tool binding against a real local HTTP server: success, permission, malformed, timeout, size cap,
+and the host policy (a server on 127.0.0.1 is refused unless the workspace allow-lists it)."""
 
 import asyncio
 import json
@@ -8,10 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from harness.runtime import RoomContext, ToolContext, ToolRegistry
+from harness.runtime import HttpPolicy, RoomContext, ToolContext, ToolRegistry
 from harness.spec.model import Tool, ToolBinding
 
 CTX = ToolContext(room=RoomContext(room_id="r"), viewer_id="v")
+LOCAL = HttpPolicy(allowed_hosts=("127.0.0.1",))
+HITS: list[str] = []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -30,6 +33,7 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     def do_GET(self):
+        HITS.append(self.path)
         if self.path.startswith("/products/"):
             link_id = self.path.split("/")[2].split("?")[0]
             return self._send(200, json.dumps({"link_id": link_id, "query": self.path.partition("?")[2]}))
@@ -45,8 +49,11 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(404, "{}")
 
     def do_POST(self):
+        HITS.append(self.path)
         length = int(self.headers["Content-Length"])
-        return self._send(200, json.dumps({"echo": json.loads(self.rfile.read(length))}))
+        return self._send(200, json.dumps({"echo": json.loads(self.rfile.read(length)),
+                                           "idempotency_key": self.headers.get("Idempotency-Key"),
+                                           "host": self.headers.get("Host")}))
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +65,13 @@ def server():
     httpd.shutdown()
 
 
-def http_tool(target, timeout_ms=2000, retries=0):
+def http_tool(target, timeout_ms=2000, retries=0, side_effect="read"):
     return Tool(name="t", description="d", parameters={"type": "object"}, binding=ToolBinding("http", target),
-                timeout_ms=timeout_ms, retries=retries)
+                timeout_ms=timeout_ms, retries=retries, side_effect=side_effect)
 
 
-def execute(tool, args):
-    return asyncio.run(ToolRegistry().execute(tool, args, CTX))
+def execute(tool, args, policy=LOCAL, **kwargs):
+    return asyncio.run(ToolRegistry(http_policy=policy).execute(tool, args, CTX, **kwargs))
 
 
 def test_get_with_path_placeholder_and_query(server):
@@ -72,8 +79,42 @@ def test_get_with_path_placeholder_and_query(server):
     assert outcome.error == "" and outcome.result == {"link_id": "L%2001%2Fx", "query": "fields=price"}
 
 
-def test_post_sends_json_body(server):
-    assert execute(http_tool(f"POST {server}/echo"), {"a": 1}).result == {"echo": {"a": 1}}
+def test_post_sends_json_body_host_and_idempotency_key(server):
+    outcome = execute(http_tool(f"POST {server}/echo", side_effect="write"), {"a": 1}, idempotency_key="t1:c1")
+    host = server.removeprefix("http://")
+    assert outcome.result == {"echo": {"a": 1}, "idempotency_key": "t1:c1", "host": host}
+
+
+# --- the host policy ---------------------------------------------------------------------------------
+
+def test_a_local_server_is_refused_by_default_and_never_reached(server):
+    HITS.clear()
+    outcome = execute(http_tool(f"GET {server}/products/L001"), {}, policy=HttpPolicy())
+    assert outcome.error.startswith("permission denied: host 127.0.0.1 resolves to non-public address 127.0.0.1")
+    assert HITS == []
+
+
+def test_a_local_server_is_reached_when_allow_listed_by_name_or_network(server):
+    for policy in (LOCAL, HttpPolicy(allowed_hosts=("127.0.0.0/8",))):
+        assert execute(http_tool(f"GET {server}/products/L001"), {}, policy=policy).result["link_id"] == "L001"
+    by_name = server.replace("127.0.0.1", "localhost")  # resolves to loopback: refused unless the name is listed
+    assert "non-public address" in execute(http_tool(f"GET {by_name}/products/L1"), {}, policy=HttpPolicy()).error
+    outcome = execute(http_tool(f"GET {by_name}/products/L1"), {}, policy=HttpPolicy(allowed_hosts=("localhost",)))
+    assert outcome.result["link_id"] == "L1"
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://10.0.0.7/x", "http://[::1]:9/x",
+                                 "http://192.168.1.1/x", "http://0.0.0.0:9/x", "http://[::ffff:127.0.0.1]:9/x"])
+def test_private_loopback_and_link_local_addresses_are_refused(url):
+    outcome = execute(http_tool(f"GET {url}", timeout_ms=500), {}, policy=HttpPolicy())
+    assert outcome.error.startswith("permission denied:") and "non-public address" in outcome.error
+
+
+def test_a_non_empty_allowlist_limits_public_hosts_too(server):
+    policy = HttpPolicy(allowed_hosts=("api.shop.example",))
+    outcome = execute(http_tool("GET http://8.8.8.8/x", timeout_ms=500), {}, policy=policy)
+    assert outcome.error == "permission denied: host 8.8.8.8 is not in this workspace's HTTP tool allowlist"
+    assert "allowlist" in execute(http_tool(f"GET {server}/products/L1"), {}, policy=policy).error
 
 
 def test_permission_malformed_and_size_cap(server):
@@ -86,6 +127,14 @@ def test_permission_malformed_and_size_cap(server):
 def test_timeout_with_retries(server):
     outcome = execute(http_tool(f"GET {server}/slow", timeout_ms=200, retries=1), {})
     assert outcome.error == "timed out after 200 ms" and outcome.attempts == 2
+
+
+def test_an_http_write_is_not_retried_on_timeout(server):
+    HITS.clear()
+    # 700 ms: time for the request to reach the server (which answers after 1 s) before the timeout.
+    outcome = execute(http_tool(f"GET {server}/slow", timeout_ms=700, retries=2, side_effect="write"), {})
+    time.sleep(0.3)
+    assert outcome.attempts == 1 and "not retried" in outcome.error and HITS == ["/slow"]
 
 
 def test_connection_refused_is_a_tool_error():

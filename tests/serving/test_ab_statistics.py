@@ -15,6 +15,9 @@ Sources (github.com/growthbook/growthbook), asserted to the precision each sourc
      check_srm (9 decimals) and a frequentist relative p-value from mean/stddev rows (9 decimals).
 [B]  packages/back-end/test/stats.test.ts @ c95d8d3e37b51aaaab2c67644e44373fe97b555d
      checkSrm (toFixed(9)); implementation packages/back-end/src/util/stats.ts @ 7b9be5a9258d689bbbddb4eb0fcb3aaf1ea03e36.
+[Q]  packages/stats/tests/frequentist/test_tests.py (a later stored version, no commit id in our index):
+     TwoSidedTTest.test_two_sided_ttest_binom and SequentialTwoSidedTTest.test_sequential_test_runs_prop,
+     both on gbstats `ProportionStatistic` (variance p(1 − p)), 5 decimals.
 [P]  packages/shared/test/experiments.test.ts @ 6837c4f2a36db2f605d86e2bb0bbf43ab2f3cac6
      adjustPValuesHolmBonferroni (exact), adjustPValuesBenjaminiHochberg (toFixed(8)), setAdjustedPValuesOnResults.
 
@@ -31,6 +34,7 @@ from serving.experiments.statistics import (
     SRM_P_THRESHOLD,
     ZERO_NEGATIVE_VARIANCE,
     ArmStats,
+    ProportionArmStats,
     RatioArmStats,
     Uplift,
     absolute_difference,
@@ -156,6 +160,36 @@ def test_sequential_uplift_published():  # [F] SequentialTwoSidedTTest.test_sequ
     assert r5(u.se) == 0.33341
     assert r5(u.p_value) == 1.0
     assert u.sequential_tuning == 1000
+
+
+def test_binomial_relative_uplift_published():  # [Q] test_two_sided_ttest_binom
+    u = relative_uplift(ProportionArmStats(n=28, successes=14), ProportionArmStats(n=30, successes=16))
+    assert r5(u.delta) == r5((16 / 30 - 0.5) / 0.5) == 0.06667
+    assert (r5(u.ci_low), r5(u.ci_high)) == (-0.47767, 0.61101)
+    assert r5(u.se) == 0.2717
+    assert r5(u.p_value) == 0.80707
+
+
+def test_binomial_sequential_uplift_published():  # [Q] test_sequential_test_runs_prop (default N* 5000)
+    u = sequential_uplift(ProportionArmStats(n=3000, successes=1396), ProportionArmStats(n=3461, successes=2422))
+    assert r5(u.delta) == 0.50386
+    assert (r5(u.ci_low), r5(u.ci_high)) == (0.40098, 0.60675)
+    assert r5(u.se) == 0.03386
+    assert r5(u.p_value) == 0.0
+
+
+def test_binomial_variance_is_p_one_minus_p_not_the_sample_variance():
+    arm = ProportionArmStats(n=30, successes=16)
+    p = 16 / 30
+    assert arm.mean == p and arm.variance == pytest.approx(p * (1 - p))
+    # the sample variance of the same 0/1 values is larger by n/(n − 1): the bug this replaces
+    as_values = ArmStats(n=30, sum=16, sum_squares=16)
+    assert as_values.variance == pytest.approx(p * (1 - p) * 30 / 29)
+    wrong = relative_uplift(ArmStats(n=28, sum=14, sum_squares=14), ArmStats(n=30, sum=16, sum_squares=16))
+    assert r5(wrong.se) != 0.2717  # sample variance misses GrowthBook's published value
+    assert (ProportionArmStats(10, 3) + ProportionArmStats(20, 5)) == ProportionArmStats(30, 8)
+    with pytest.raises(ValueError):
+        ProportionArmStats(n=3, successes=4)
 
 
 @pytest.mark.parametrize(("tuning", "ci", "p_value"), [

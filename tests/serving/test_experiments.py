@@ -4,7 +4,7 @@ incremental rollups, the snapshot's statistics and the auto-stop guardrail."""
 import json
 import random
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -27,7 +27,6 @@ SYSTEM = Actor.system("test")
 def setup(client, workspace, harness, settings):
     settings.MODEL_BACKEND = "scripted"
     settings.SCRIPTED_STEPS = ["Happy to help!"]
-    settings.TRACE_WRITES = "sync"
     settings.LIVE_JUDGE_RATE = 0.0
     harness_services.label_move(actor=SYSTEM, harness=harness, name="production", version=harness.head, reason="go")
     room_upsert(workspace=workspace, context=ROOM, harness=harness)
@@ -126,3 +125,30 @@ def test_dashboard_page_renders_the_snapshot(client, members, setup):
     client.force_login(members["viewer"])
     html = client.get(f"/w/acme/experiments/{experiment.key}/").content.decode()
     assert 'id="snapshot"' in html and "skills-vs-react" in html and "/ws/experiments/" in html
+
+
+def test_bad_or_out_of_window_timestamps_are_per_item_errors(setup):
+    experiment, post = setup
+    reply(post, "w1")
+    now = datetime.now(UTC)
+    good = {"type": "item_page_view", "viewer_id": "w1", "room_id": "demo-room", "item_id": "L001"}
+    batch = [
+        {**good, "event_id": "ok", "ts": now.isoformat()},
+        {**good, "event_id": "month-13", "ts": "2026-13-45T00:00:00Z"},  # well-formed but impossible
+        {**good, "event_id": "huge-epoch", "ts": 1e20},
+        {**good, "event_id": "not-a-time", "ts": "yesterday"},
+        {**good, "event_id": "bool", "ts": True},
+        {**good, "event_id": "future", "ts": (now + timedelta(hours=2)).isoformat()},
+        {**good, "event_id": "ancient", "ts": (now - timedelta(days=30)).isoformat()},
+        {**good, "event_id": "before-start", "ts": (experiment.started_at - timedelta(minutes=10)).isoformat()},
+    ]
+    response = post("/api/v1/events", {"events": batch})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["accepted"] == 1
+    errors = {batch[e["index"]]["event_id"]: e["message"] for e in body["errors"]}
+    assert set(errors) == {"month-13", "huge-epoch", "not-a-time", "bool", "future", "ancient", "before-start"}
+    assert "in the future" in errors["future"] and "older than" in errors["ancient"]
+    assert "before experiment skills-vs-react started" in errors["before-start"]
+    assert list(Event.objects.values_list("event_id", flat=True)) == ["ok"]
+    assert sum(r.sum_y for r in Rollup.objects.filter(experiment=experiment)) == 1

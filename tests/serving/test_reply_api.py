@@ -8,7 +8,6 @@ from console.access import Actor
 from harness import services as harness_services
 from serving.models import Room, Trace
 from serving.services import api_key_create, room_upsert
-from serving.traces import writer
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +21,6 @@ LOAD_AND_LOOK = {"tool_calls": [{"name": "load_skill", "arguments": {"name": "pr
 @pytest.fixture
 def api(client, workspace, harness, settings):
     settings.MODEL_BACKEND = "scripted"
-    settings.TRACE_WRITES = "sync"
     system = Actor.system("t")
     harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")
     room_upsert(workspace=workspace, context=ROOM, harness=harness)
@@ -117,13 +115,17 @@ def test_scripted_backend_is_refused_in_production(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_buffered_trace_writes_land_after_flush(api, settings):
-    settings.TRACE_WRITES = "buffered"
+def test_every_returned_trace_id_resolves_at_once(api, settings):
+    """No flush, no background writer: the trace is committed before the id is returned, even when the
+    viewer's message carries a NUL character that PostgreSQL cannot store as is."""
     settings.SCRIPTED_STEPS = ["hi there"]
-    ids = [api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": f"v{i}"}).json()["trace_id"]
-           for i in range(3)]
-    writer.flush()
-    assert set(Trace.objects.values_list("trace_id", flat=True)) == set(ids)
+    ids = []
+    for i, message in enumerate(["hello", "nul \x00 inside", "bye"]):
+        response = api("/api/v1/rooms/demo-room/reply", {"message": message, "viewer_id": f"v{i}"})
+        assert response.status_code == 200, response.content
+        ids.append(response.json()["trace_id"])
+        assert Trace.objects.filter(trace_id=ids[-1]).exists()
+    assert Trace.objects.get(trace_id=ids[1]).message == "nul \ufffd inside"
 
 
 def test_real_offline_model_answers_through_the_api(api, settings):

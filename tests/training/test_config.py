@@ -62,3 +62,13 @@ def test_bad_values_name_their_field(path, value, field):
     with pytest.raises(ConfigError) as error:
         PipelineConfig.from_dict(bad(path, value))
     assert error.value.field == field, str(error.value)
+
+
+def test_cli_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
+    from training.cli import main
+
+    path = tmp_path / "job.json"
+    path.write_text(__import__("json").dumps(bad(("stages", 0, "config", "max_steps"), 0)))
+    assert main(["--config", str(path), "--artifacts-dir", str(tmp_path / "out")]) == 2
+    assert '"field": "stages[0].config.max_steps"' in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing started

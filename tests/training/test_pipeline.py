@@ -26,7 +26,7 @@ RL = {"kind": "rl", "config": {"max_steps": 2, "learning_rate": 5e-3, "num_gener
 
 
 @register_reward("test_reply_length", "reply")
-def test_reply_length(prompts, completions, completion_ids=None, *, case, **_):
+def reply_length_for_tests(prompts, completions, completion_ids=None, *, case, **_):
     """A test reward with spread for every episode but the first case, whose group it keeps constant."""
     first = simulator_cases("5/rl", 2)[0].case_id
     return [0.0 if json.loads(c)["case_id"] == first else -len(done[0]["content"]) / 100

@@ -3,10 +3,14 @@
 import json
 import math
 
+import pytest
+
 from tests.training.conftest import MINI_HARNESS, RecordingReporter
 from training.pipeline import PipelineConfig, run_pipeline
 
 
+# The first run on a machine dequantises the GGUF into the model cache (minutes on a busy 2-core box).
+@pytest.mark.timeout(900)
 def test_two_sft_steps_on_the_real_weights(tmp_path):
     config = PipelineConfig.from_dict({
         "model": {"base": "smollm2-135m-instruct", "device": "cpu"},

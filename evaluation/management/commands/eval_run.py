@@ -17,7 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("--workspace", required=True)
         parser.add_argument("--backend", default="local")
         parser.add_argument("--judge", default="reference")
-        parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument("--concurrency", type=int, default=None,
+                            help="turns in flight; default: what the backend serves at once (local: 1)")
         parser.add_argument("--inline", action="store_true", help="execute in this process instead of a worker")
 
     def handle(self, harness, eval_set, workspace, backend, judge, concurrency, inline, **options):
@@ -29,7 +30,7 @@ class Command(BaseCommand):
                               f"effectiveness={row.get('effectiveness')}")
 
 
-def start_run(harness, eval_set, *, workspace, backend, judge="reference", concurrency=4, inline=False):
+def start_run(harness, eval_set, *, workspace, backend, judge="reference", concurrency=None, inline=False):
     """Create a run of HARNESS@REF on SET@vN (shared by eval_run and replay); with inline, execute it here."""
     space = Workspace.objects.filter(slug=workspace).first()
     if space is None:

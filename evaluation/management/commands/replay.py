@@ -13,7 +13,8 @@ class Command(BaseCommand):
         parser.add_argument("eval_set")
         parser.add_argument("--workspace", required=True)
         parser.add_argument("--backend", default="local")
-        parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument("--concurrency", type=int, default=None,
+                            help="requests in flight; default: what the backend serves at once (local: 1)")
 
     def handle(self, harness, eval_set, workspace, backend, concurrency, **options):
         run = start_run(harness, eval_set, workspace=workspace, backend=backend, concurrency=concurrency, inline=True)

@@ -1,0 +1,31 @@
+"""`/healthz`: is this process up and can it reach its database?
+
+Container probes call it as `http://127.0.0.1:8000/healthz`: plain HTTP, with a Host that is not in
+ALLOWED_HOSTS. `HealthCheckMiddleware` runs first in MIDDLEWARE and answers before SecurityMiddleware's
+HTTPS redirect and before anything reads the Host header, so the probe works under production settings.
+It reveals nothing but "ok" or which dependency is down.
+"""
+
+from django.db import DatabaseError, connection
+from django.http import JsonResponse
+
+HEALTH_PATH = "/healthz"
+
+
+def healthz(request) -> JsonResponse:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError:
+        return JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+    return JsonResponse({"status": "ok"})
+
+
+class HealthCheckMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path == HEALTH_PATH and request.method in ("GET", "HEAD"):
+            return healthz(request)
+        return self.get_response(request)

@@ -1,0 +1,64 @@
+"""Trace storage: one bad row never drops the others, and its id still resolves (as a stub)."""
+
+import time
+import uuid
+
+import pytest
+
+from serving.models import Trace
+from serving.traces import trace_row, traces_store
+
+pytestmark = pytest.mark.django_db
+
+
+def trace_data(message="hi", **extra):
+    return {"trace_id": uuid.uuid4().hex, "input": {"message": message, "viewer_id": "v1", "room_id": "r1"},
+            "arm": "label:production", "backend": "scripted", "outcome": "replied", "silent": False, "reply": "ok",
+            "duration_ms": 12.5, "model_calls": 1, "tokens_in": 10, "tokens_out": 2, "hooks_fired": [],
+            "started_at": time.time(), "steps": [], **extra}
+
+
+def row(workspace, data):
+    return trace_row(workspace_id=workspace.pk, data=data, source=Trace.Source.API, harness_id=None, version_id=None)
+
+
+def test_a_bad_row_does_not_drop_the_batch_and_still_resolves(workspace):
+    good = [row(workspace, trace_data(f"message {i}")) for i in range(5)]
+    bad = row(workspace, trace_data())
+    bad.message = "raw \x00 NUL"  # bypasses trace_row's cleaning: PostgreSQL refuses this text
+    bad.outcome = "x" * 40  # and a value too long for its column
+    stubs = traces_store([*good[:2], bad, *good[2:]])
+    assert stubs == 1
+    stored = {t.trace_id: t for t in Trace.objects.all()}
+    assert set(stored) == {r.trace_id for r in [*good, bad]}
+    assert all(stored[r.trace_id].message == r.message for r in good)
+    stub = stored[bad.trace_id]
+    assert stub.data["storage_error"] and stub.outcome == "x" * 16 and stub.message == ""
+
+
+def test_storing_the_same_trace_twice_keeps_one_row(workspace):
+    data = trace_data()
+    traces_store([row(workspace, data)])
+    assert traces_store([row(workspace, data), row(workspace, trace_data())]) == 0
+    assert Trace.objects.filter(trace_id=data["trace_id"]).count() == 1 and Trace.objects.count() == 2
+
+
+def test_nul_characters_are_cleaned_everywhere(workspace):
+    data = trace_data("a\x00b", steps=[{"kind": "model", "content": "c\x00d"}])
+    traces_store([row(workspace, data)])
+    stored = Trace.objects.get(trace_id=data["trace_id"])
+    assert stored.message == "a\ufffdb" and stored.data["steps"][0]["content"] == "c\ufffdd"
+
+
+def test_the_trace_page_surfaces_hook_errors(client, members, workspace):
+    error = "EvalError: no such overload"
+    data = trace_data(outcome="silent", silent=True, reply="",
+                      reason="input hook refuse could not be evaluated (failed closed)",
+                      hook_errors=[{"hook": "refuse", "event": "input", "error": error, "failed_closed": True}],
+                      steps=[{"kind": "hook", "at_ms": 0.1, "event": "input", "hook": "refuse", "fired": False,
+                              "action": "block", "message": "", "error": error, "failed_closed": True}])
+    traces_store([row(workspace, data)])
+    client.force_login(members["viewer"])
+    html = client.get(f"/w/acme/traces/{data['trace_id']}/").content.decode()
+    assert "Hook <span class=\"mono\">refuse</span> (input) could not be evaluated and failed closed" in html
+    assert "(could not evaluate: failed closed)" in html and error in html
