@@ -14,6 +14,7 @@ from evaluation.models import EvalResult, EvalRun
 from harness import services
 from serving.models import Experiment, Trace
 from serving.services import api_key_create
+from training.models import TrainingJob
 
 pytestmark = pytest.mark.django_db
 
@@ -139,11 +140,12 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
 
 def training_objects(space, harness, run) -> dict:
     """A finished training job with one checkpoint, and a matrix holding `run`, in `space`."""
-    from training.models import Checkpoint, CheckpointMatrix, TrainingJob
+    from training.models import Checkpoint, CheckpointMatrix
 
     job = TrainingJob.objects.create(workspace=space, name="j", base_model="m", stages=["sft"], config={},
                                      status="done", created_by="t")
-    checkpoint = Checkpoint.objects.create(workspace=space, job=job, stage="sft", base_model="m", path="/nowhere")
+    checkpoint = Checkpoint.objects.create(workspace=space, job=job, stage="sft", base_model="m",
+                                           path=f"/nowhere/{space.slug}")
     matrix = CheckpointMatrix.objects.create(workspace=space, set_version=run.set_version, created_by="t")
     matrix.runs.set([run])
     return {"job_id": job.pk, "checkpoint_id": checkpoint.pk, "matrix_id": matrix.pk}
@@ -234,6 +236,14 @@ API = {
     ("PUT", "/api/v1/harnesses/{name}/labels/{label}"): ("write", {"version": 1, "reason": "ship"}, True),
     ("POST", "/api/v1/rooms/{room_id}/reply"): ("read", {"message": "hi", "viewer_id": "v1"}, True),
     ("POST", "/api/v1/events"): ("ingest", {"events": []}, False),
+    ("GET", "/api/v1/training/jobs"): ("read", None, False),
+    ("GET", "/api/v1/training/jobs/{job_id}"): ("read", None, True),
+    ("POST", "/api/v1/training/jobs/{job_id}/cancel"): ("write", {}, True),
+    ("GET", "/api/v1/training/checkpoints"): ("read", None, False),
+    ("POST", "/api/v1/training/jobs"): ("write", {
+        "name": "api-job", "harness_versions": ["avatar@v1"], "simulator": {"seed": 1, "size": 2},
+        "config": {"model": {"base": "tiny-random-smollm2"}, "stages": [{"kind": "sft", "config": {"max_steps": 1}}]},
+    }, False),
 }
 # A key whose scopes do not include the one needed.
 WITHOUT = {"read": "ingest", "write": "read", "ingest": "read"}
@@ -264,7 +274,8 @@ def tokens(workspace, foreign_workspace, world):
 
 def api_call(client, method, path, body, token=None, harness=None):
     label = "canary" if method == "PUT" else "staging"  # a move to where a label already is would be a 409
-    url = path.format(name="avatar", ref="1", label=label, room_id="demo-room") + QUERIES.get(path, "")
+    job_id = TrainingJob.objects.filter(workspace__slug="acme").values_list("pk", flat=True).first()
+    url = path.format(name="avatar", ref="1", label=label, room_id="demo-room", job_id=job_id) + QUERIES.get(path, "")
     if body == "commit":
         body = {"base_version": 1, "message": "m", "files": harness.head.files}
     headers = bearer(token) if token else {}
@@ -291,6 +302,8 @@ def test_api_access(client, tokens, harness, settings, method, path):
     foreign = call(tokens["foreign"])
     if names_an_object:
         assert foreign.status_code == 404
+    elif path.startswith("/api/v1/training/"):  # lists hold only the foreign workspace's objects; no avatar there
+        assert foreign.status_code == 422 if method == "POST" else "acme" not in foreign.content.decode()
     elif scope == "read":
         assert [h["name"] for h in foreign.json()] == ["secret"]
     else:
