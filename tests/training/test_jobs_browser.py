@@ -8,7 +8,7 @@ import pytest
 
 from tests.live_servers import log_in, requires_services, start_daphne, start_worker, stop
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
-from training.models import TrainingJob
+from training.models import TrainingJob, TrainingMetric
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services, pytest.mark.browser]
 
@@ -19,6 +19,9 @@ def test_browser_launches_a_job_and_watches_its_curve_move(page, workspace, memb
     artifacts = {"HARNESSOPS_TRAINING_ARTIFACTS_DIR": str(tmp_path)}
     daphne, base = start_daphne(**artifacts)
     worker = start_worker(queues="gpu", **artifacts)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("websocket", lambda ws: ws.on("close", lambda _: errors.append("websocket closed")))
     try:
         log_in(page, base, members["operator"])
         page.goto(f"{base}/w/acme/training/")
@@ -31,7 +34,12 @@ def test_browser_launches_a_job_and_watches_its_curve_move(page, workspace, memb
         loaded_updates = int(page.locator("#progress").get_attribute("data-updates"))
 
         # The first points arrive over the websocket, then the curve keeps growing without a reload.
-        page.wait_for_function("Number(document.getElementById('progress').dataset.points) >= 2", timeout=600_000)
+        try:
+            page.wait_for_function("Number(document.getElementById('progress').dataset.points) >= 2",
+                                   timeout=600_000)
+        except Exception:
+            raise AssertionError(f"no curve points on the page; page errors: {errors}; points stored: "
+                                 f"{list(TrainingMetric.objects.values_list('step', flat=True))}") from None
         before = page.evaluate("Chart.getChart('chart-loss').data.datasets[0].data.length")
         page.wait_for_function(f"Chart.getChart('chart-loss').data.datasets[0].data.length > {before}",
                                timeout=300_000)
