@@ -8,6 +8,7 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
+from console.identifiers import InvalidIdentifier
 from harness.api import router as harness_router
 from harness.services import CommitConflict, LabelConflict, StoreError
 from harness.spec import SpecInvalid
@@ -67,6 +68,12 @@ api.add_router("/v1", training_router)
 def _spec_invalid(request, exc: SpecInvalid):
     errors = [{"path": e.path, "message": e.message} for e in exc.errors]
     return api.create_response(request, {"detail": f"The harness has {len(errors)} error(s).", "errors": errors},
+                               status=422)
+
+
+@api.exception_handler(InvalidIdentifier)
+def _invalid_identifier(request, exc: InvalidIdentifier):
+    return api.create_response(request, {"detail": str(exc), "errors": [{"path": exc.field, "message": str(exc)}]},
                                status=422)
 
 

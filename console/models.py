@@ -3,6 +3,8 @@
 from django.conf import settings
 from django.db import models
 
+from console.identifiers import validate_identifier
+
 
 class Role(models.TextChoices):
     """Roles are ordered: each includes the powers of the ones before it."""
@@ -16,7 +18,7 @@ class Role(models.TextChoices):
 class Workspace(models.Model):
     """A merchant or an operator team; every object in HarnessOps belongs to one."""
 
-    slug = models.SlugField(max_length=64, unique=True)
+    slug = models.SlugField(max_length=64, unique=True, validators=[validate_identifier])
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     tool_hosts = models.JSONField(

@@ -6,12 +6,12 @@ import re
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import ValidationError
-from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from console.access import ADMIN, Actor, require, require_workspace_creator
+from console.identifiers import identifier_problem
 from console.models import AuditEvent, Membership, Role, Workspace
 
 
@@ -54,12 +54,11 @@ def workspace_create(*, actor: Actor, slug: str, name: str, owner=None) -> Works
     """Create a workspace (staff, superusers and the system only); `owner` becomes its first admin."""
     require_workspace_creator(actor)
     slug, name = slug.strip(), name.strip() or slug.strip()
-    try:
-        validate_slug(slug)
-    except ValidationError as exc:
-        raise WorkspaceError(f"Workspace slug {slug!r}: use letters, digits, '-' or '_' only.") from exc
-    if len(slug) > WORKSPACE_SLUG_MAX or len(name) > WORKSPACE_NAME_MAX:
-        raise WorkspaceError(f"Slug ≤ {WORKSPACE_SLUG_MAX} and name ≤ {WORKSPACE_NAME_MAX} characters.")
+    problem = identifier_problem(slug, field="workspace slug", max_length=WORKSPACE_SLUG_MAX)
+    if problem:  # the one identifier rule; the page and the command show WorkspaceError
+        raise WorkspaceError(problem)
+    if len(name) > WORKSPACE_NAME_MAX:
+        raise WorkspaceError(f"The workspace name is longer than {WORKSPACE_NAME_MAX} characters.")
     try:
         with transaction.atomic():
             workspace = Workspace.objects.create(slug=slug, name=name)

@@ -1,7 +1,8 @@
 """HarnessOps settings: one module, two modes, all from the environment.
 
 HARNESSOPS_MODE=embedded (default, `make run`): SQLite, in-memory channel layer,
-Celery tasks run in-process, the offline model. Setting DATABASE_URL / REDIS_URL
+Celery tasks run in-process, the offline model. DEBUG (tracebacks in the browser)
+is off unless DJANGO_DEBUG=1 is set; production never turns it on. Setting DATABASE_URL / REDIS_URL
 switches those parts to PostgreSQL / Redis (tests in CI do this).
 
 HARNESSOPS_MODE=production: every external service must be named explicitly,
@@ -41,7 +42,8 @@ if PRODUCTION:
     CSRF_TRUSTED_ORIGINS = env("DJANGO_CSRF_TRUSTED_ORIGINS", [], cast=list)
 else:
     SECRET_KEY = env("DJANGO_SECRET_KEY", None) or _embedded_secret_key()
-    DEBUG = env("DJANGO_DEBUG", True, cast=bool)
+    # Debug pages show tracebacks and settings to whoever triggers an error: only when asked for.
+    DEBUG = env("DJANGO_DEBUG", False, cast=bool)
     ALLOWED_HOSTS = env("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], cast=list)
     CSRF_TRUSTED_ORIGINS = env("DJANGO_CSRF_TRUSTED_ORIGINS", [], cast=list)
 

@@ -1,12 +1,15 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, register_converter
 
 from console.api import api
 from console.health import healthz
+from console.identifiers import IdentifierConverter
 from console.views import evaluation, experiments, harness, serving, training, workspace
 
-ws = "w/<slug:ws>/"
-h = ws + "harnesses/<slug:name>/"
+# Names go through the identifier converter, so rows stored before names were validated still resolve.
+register_converter(IdentifierConverter, "ident")
+ws = "w/<ident:ws>/"
+h = ws + "harnesses/<ident:name>/"
 
 urlpatterns = [
     path("", workspace.home, name="home"),
@@ -33,14 +36,18 @@ urlpatterns = [
     path(ws + "traces/", serving.trace_list, name="trace_list"),
     path(ws + "experiments/", experiments.experiment_list, name="experiment_list"),
     path(ws + "experiments/new/", experiments.experiment_new, name="experiment_new"),
-    path(ws + "experiments/<slug:key>/", experiments.experiment_detail, name="experiment_detail"),
-    path(ws + "experiments/<slug:key>/<str:action>/", experiments.experiment_action, name="experiment_action"),
+    path(ws + "experiments/<ident:key>/", experiments.experiment_detail, name="experiment_detail"),
+    path(ws + "experiments/<ident:key>/archive/", experiments.experiment_archive, name="experiment_archive"),
+    path(ws + "experiments/<ident:key>/delete/", experiments.experiment_delete, name="experiment_delete"),
+    path(ws + "experiments/<ident:key>/<str:action>/", experiments.experiment_action, name="experiment_action"),
     path(ws + "eval/", evaluation.evaluation_home, name="evaluation_home"),
     path(ws + "eval/annotate/", evaluation.annotate, name="annotate"),
     path(ws + "eval/agreement/", evaluation.agreement, name="agreement"),
     path(ws + "eval/compare/", evaluation.compare, name="eval_compare"),
     path(ws + "eval/sets/", evaluation.eval_set_create, name="eval_set_create"),
-    path(ws + "eval/sets/<slug:name>/v/<int:number>/", evaluation.eval_set_detail, name="eval_set_detail"),
+    path(ws + "eval/sets/<ident:name>/v/<int:number>/", evaluation.eval_set_detail, name="eval_set_detail"),
+    path(ws + "eval/sets/<ident:name>/archive/", evaluation.eval_set_archive, name="eval_set_archive"),
+    path(ws + "eval/sets/<ident:name>/delete/", evaluation.eval_set_delete, name="eval_set_delete"),
     path(ws + "eval/runs/", evaluation.eval_run_create, name="eval_run_create"),
     path(ws + "eval/runs/<int:run_id>/", evaluation.eval_run_detail, name="eval_run_detail"),
     path(ws + "eval/runs/<int:run_id>/cancel/", evaluation.eval_run_cancel, name="eval_run_cancel"),
@@ -56,6 +63,7 @@ urlpatterns = [
     path(ws + "training/matrix/", training.matrix_create, name="matrix_create"),
     path(ws + "training/matrix/<int:matrix_id>/", training.matrix_detail, name="matrix_detail"),
     path(h, harness.harness_detail, name="harness_detail"),
+    path(h + "archive/", harness.harness_archive, name="harness_archive"),
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),
     path(h + "v/<int:number>/export.zip", harness.version_export, name="version_export"),
     path(h + "diff/", harness.version_diff, name="version_diff"),
@@ -68,5 +76,5 @@ urlpatterns = [
     path(h + "edit/commit/", harness.harness_commit, name="harness_commit"),
     path(h + "edit/<str:action>/", harness.harness_draft_action, name="harness_draft_action"),
     path(h + "labels/move/", harness.label_move, name="label_move"),
-    path(h + "labels/<slug:label>/rollback/", harness.label_rollback, name="label_rollback"),
+    path(h + "labels/<ident:label>/rollback/", harness.label_rollback, name="label_rollback"),
 ]

@@ -9,6 +9,7 @@ case), which is what makes a run resumable without counting a case twice.
 from django.conf import settings
 from django.db import models
 
+from console.identifiers import validate_identifier
 from console.models import Workspace
 from harness.models import Harness, HarnessVersion
 
@@ -22,10 +23,11 @@ SUITES = (
 
 class EvalSet(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="eval_sets")
-    name = models.SlugField(max_length=64)
+    name = models.SlugField(max_length=64, validators=[validate_identifier])
     suite = models.CharField(max_length=32, choices=SUITES)
     description = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    archived_at = models.DateTimeField(null=True, blank=True, help_text="hidden from lists and pickers")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="eval_set_name_per_workspace")]
@@ -58,7 +60,7 @@ class EvalSetVersion(models.Model):
 class EvalCase(models.Model):
     set_version = models.ForeignKey(EvalSetVersion, on_delete=models.CASCADE, related_name="cases")
     case_id = models.CharField(max_length=100)
-    category = models.CharField(max_length=40, db_index=True)
+    category = models.CharField(max_length=40, db_index=True, validators=[validate_identifier])
     data = models.JSONField(help_text="harness.simulator.cases.Case.to_dict(), or an IFEval record")
 
     class Meta:

@@ -52,8 +52,16 @@ def run_progress(run_id: int) -> dict:
             "summary": summarise(results)}
 
 
-def eval_sets(workspace: Workspace):
-    return EvalSet.objects.filter(workspace=workspace).prefetch_related("versions")
+def eval_sets(workspace: Workspace, *, archived: bool = False):
+    """The workspace's eval sets: the active ones, or (archived=True) only the archived ones."""
+    return EvalSet.objects.filter(workspace=workspace, archived_at__isnull=not archived).prefetch_related("versions")
+
+
+def eval_set_get(workspace: Workspace, name: str) -> EvalSet:
+    eval_set = EvalSet.objects.filter(workspace=workspace, name=name).first()
+    if eval_set is None:
+        raise Http404("No such eval set.")
+    return eval_set
 
 
 def set_version_get(workspace: Workspace, name: str, number: int) -> EvalSetVersion:

@@ -11,7 +11,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from console.access import WRITE, Actor, require
+from console.access import ADMIN, WRITE, Actor, require
+from console.identifiers import check_identifier
 from console.jobs import enqueue
 from console.models import Workspace
 from console.services import audit_record
@@ -28,6 +29,7 @@ from serving.model_config import backend_for
 
 log = logging.getLogger(__name__)
 MAX_CASES = 20_000
+CATEGORY_MAX = 40  # EvalCase.category
 IFEVAL_KEYS = ("key", "prompt", "instruction_id_list", "kwargs")
 
 
@@ -52,6 +54,7 @@ def parse_cases(suite: str, lines: list[str]) -> list[dict]:
                 data = {**data, "case_id": str(data["key"]), "category": "ifeval"}
             else:
                 Case.from_dict(data)  # validates the shape
+                check_identifier(data["category"], field="category", max_length=CATEGORY_MAX)
             if data["case_id"] in seen:
                 raise ValueError(f"duplicate case_id {data['case_id']}")
             seen.add(data["case_id"])
@@ -72,6 +75,7 @@ def eval_set_add_version(*, actor: Actor, workspace: Workspace, name: str, suite
                          source: str, description: str = "") -> EvalSetVersion:
     """A new immutable version of set `name` (created on first use) holding `cases`."""
     require(actor, workspace, WRITE)
+    check_identifier(name, field="eval set name")
     eval_set, _ = EvalSet.objects.get_or_create(workspace=workspace, name=name,
                                                 defaults={"suite": suite, "description": description})
     if eval_set.suite != suite:
@@ -84,6 +88,35 @@ def eval_set_add_version(*, actor: Actor, workspace: Workspace, name: str, suite
     audit_record(actor=actor, workspace=workspace, action="eval_set.version", target_type="eval_set",
                  target_id=version.pk, target_label=str(version), after={"cases": len(cases), "source": source})
     return version
+
+
+def eval_set_archive(*, actor: Actor, eval_set: EvalSet, archived: bool = True) -> EvalSet:
+    """Hide a set from lists and pickers (or bring it back); its versions and runs are kept."""
+    require(actor, eval_set.workspace, WRITE)
+    with transaction.atomic():
+        before = eval_set.archived_at
+        eval_set.archived_at = timezone.now() if archived else None
+        eval_set.save(update_fields=["archived_at"])
+        audit_record(actor=actor, workspace=eval_set.workspace,
+                     action="eval_set.archive" if archived else "eval_set.unarchive", target_type="eval_set",
+                     target_id=eval_set.pk, target_label=eval_set.name, before={"archived": before is not None},
+                     after={"archived": archived})
+    return eval_set
+
+
+def eval_set_delete(*, actor: Actor, eval_set: EvalSet) -> None:
+    """Delete a set that no run has used (admin); a used set is evidence and can only be archived."""
+    require(actor, eval_set.workspace, ADMIN)
+    with transaction.atomic():
+        locked = EvalSet.objects.select_for_update().get(pk=eval_set.pk)
+        runs = EvalRun.objects.filter(set_version__eval_set=locked).count()
+        if runs:
+            raise EvalError(f"{runs} run(s) used this set; archive it instead.")
+        versions = list(locked.versions.values_list("number", flat=True))
+        audit_record(actor=actor, workspace=locked.workspace, action="eval_set.delete", target_type="eval_set",
+                     target_id=locked.pk, target_label=locked.name,
+                     before={"suite": locked.suite, "versions": versions}, after=None)
+        locked.delete()
 
 
 def eval_set_generate(*, actor: Actor, workspace: Workspace, name: str, suite: str, seed: int, n: int,

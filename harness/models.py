@@ -9,6 +9,7 @@ is kept as a LabelMove, so rollback is just a move back.
 from django.conf import settings
 from django.db import models
 
+from console.identifiers import validate_identifier
 from console.models import ActorKind, Workspace
 
 
@@ -18,10 +19,12 @@ class ImmutableRowError(RuntimeError):
 
 class Harness(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="harnesses")
-    name = models.SlugField(max_length=64)
+    name = models.SlugField(max_length=64, validators=[validate_identifier])
     description = models.CharField(max_length=500, blank=True)
     head = models.ForeignKey("HarnessVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    archived_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="hidden from lists and pickers; its history is kept")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="harness_name_per_workspace")]
@@ -81,7 +84,7 @@ class Draft(models.Model):
 
 class Label(models.Model):
     harness = models.ForeignKey(Harness, on_delete=models.CASCADE, related_name="labels")
-    name = models.SlugField(max_length=64)
+    name = models.SlugField(max_length=64, validators=[validate_identifier])
     version = models.ForeignKey(HarnessVersion, on_delete=models.PROTECT, related_name="labels")
     protected = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)

@@ -34,9 +34,10 @@ def version_spec(version: HarnessVersion) -> HarnessSpec:
     return spec
 
 
-def harness_list(workspace: Workspace) -> QuerySet[Harness]:
+def harness_list(workspace: Workspace, *, archived: bool = False) -> QuerySet[Harness]:
+    """The workspace's harnesses: the active ones, or (archived=True) only the archived ones."""
     return (
-        Harness.objects.filter(workspace=workspace)
+        Harness.objects.filter(workspace=workspace, archived_at__isnull=not archived)
         .select_related("head")
         .prefetch_related(Prefetch("labels", queryset=Label.objects.select_related("version")))
     )

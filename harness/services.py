@@ -8,9 +8,10 @@ failed write leaves nothing behind.
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.utils.text import slugify
+from django.utils import timezone
 
 from console.access import APPROVE, WRITE, Actor, require
+from console.identifiers import check_identifier
 from console.models import Workspace
 from console.services import audit_record
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
@@ -97,6 +98,7 @@ def harness_create(
 ) -> Harness:
     """Create a harness with its first version (validated before anything is written)."""
     require(actor, workspace, WRITE)
+    check_identifier(name, field="harness name")
     spec = parse_files(files)
     if Harness.objects.filter(workspace=workspace, name=name).exists():
         raise StoreError(f"A harness named {name!r} already exists in this workspace.")
@@ -115,6 +117,23 @@ def harness_import(*, actor: Actor, workspace: Workspace, name: str, files: dict
         harness = harness_create(actor=actor, workspace=workspace, name=name, files=files, message=message)
         return CommitResult(version=harness.head, created=True)
     return version_commit(actor=actor, harness=harness, files=files, base_version=harness.head, message=message)
+
+
+def harness_archive(*, actor: Actor, harness: Harness, archived: bool = True) -> Harness:
+    """Hide a harness from lists and pickers (or bring it back). Versions are history and are never deleted,
+    so archiving is how a harness leaves the console; labels keep answering the reply API."""
+    require(actor, harness.workspace, WRITE)
+    if archived and harness.experiments.filter(status="running").exists():
+        raise StoreError("An experiment is running on this harness: stop it before archiving the harness.")
+    with transaction.atomic():
+        before = harness.archived_at
+        harness.archived_at = timezone.now() if archived else None
+        harness.save(update_fields=["archived_at"])
+        audit_record(actor=actor, workspace=harness.workspace,
+                     action="harness.archive" if archived else "harness.unarchive", target_type="harness",
+                     target_id=harness.pk, target_label=harness.name, before={"archived": before is not None},
+                     after={"archived": archived})
+    return harness
 
 
 # Drafts -------------------------------------------------------------------------------------------
@@ -206,8 +225,7 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
     reason = (reason or "").strip()
     if not reason:
         raise StoreError("Say why the label moves (the reason is kept in its history).")
-    if not name or slugify(name) != name or len(name) > LABEL_NAME_MAX:
-        raise StoreError("Label names use lowercase letters, digits and hyphens.")
+    check_identifier(name, field="label", max_length=LABEL_NAME_MAX)
     with transaction.atomic():
         # Lock the harness first: a label that does not exist yet has no row to lock, and two first
         # promotions would both create it (one failing with an IntegrityError).

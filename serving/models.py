@@ -2,6 +2,7 @@
 
 from django.db import models
 
+from console.identifiers import validate_identifier
 from console.models import Workspace
 from harness.models import Harness, HarnessVersion
 
@@ -10,7 +11,7 @@ class ApiKey(models.Model):
     """A platform credential. Only a SHA-256 of the secret is stored; the secret is shown once."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_identifier])
     prefix = models.CharField(max_length=16, unique=True)
     secret_hash = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
@@ -31,7 +32,7 @@ class Room(models.Model):
     """A live-stream room: its catalogue, FAQ, promotions and orders, as the platform describes it."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="rooms")
-    room_id = models.SlugField(max_length=100)
+    room_id = models.SlugField(max_length=100, validators=[validate_identifier])
     title = models.CharField(max_length=200)
     context = models.JSONField()
     harness = models.ForeignKey(Harness, null=True, blank=True, on_delete=models.SET_NULL, related_name="rooms",
@@ -94,7 +95,7 @@ class Experiment(models.Model):
         STOPPED = "stopped"
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="experiments")
-    key = models.SlugField(max_length=64)
+    key = models.SlugField(max_length=64, validators=[validate_identifier])
     seed = models.CharField(max_length=64, help_text="hash seed; defaults to the key")
     harness = models.ForeignKey(Harness, on_delete=models.PROTECT, related_name="experiments")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT, db_index=True)
@@ -108,6 +109,7 @@ class Experiment(models.Model):
     stop_reason = models.CharField(max_length=500, blank=True)
     created_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    archived_at = models.DateTimeField(null=True, blank=True, help_text="hidden from the experiment list")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workspace", "key"], name="experiment_key_per_workspace")]
@@ -125,10 +127,10 @@ class Arm(models.Model):
 
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="arms")
     index = models.PositiveSmallIntegerField()
-    name = models.SlugField(max_length=64)
+    name = models.SlugField(max_length=64, validators=[validate_identifier])
     weight = models.FloatField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    label = models.CharField(max_length=64, blank=True)
+    label = models.CharField(max_length=64, blank=True, validators=[validate_identifier])
     version = models.ForeignKey(HarnessVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     backend = models.CharField(max_length=64, blank=True,
                                help_text="the model this arm answers with (e.g. checkpoint:12); empty: the default")

@@ -12,6 +12,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from console.access import ADMIN, API_KEY_SCOPES, READ, Actor, require
+from console.identifiers import check_identifier, identifier_problem
 from console.models import Workspace
 from console.services import audit_record
 from harness import selectors as harness_selectors
@@ -46,8 +47,9 @@ def api_key_create(*, actor: Actor, workspace: Workspace, name: str, scopes: lis
     """Create a key and return it with its full token; the token is never retrievable again."""
     require(actor, workspace, ADMIN)
     name = name.strip()
-    if not name:
-        raise ApiKeyError("Give the key a name.")
+    problem = identifier_problem(name, field="key name")
+    if problem:  # the key page shows ApiKeyError as a form error
+        raise ApiKeyError(problem)
     unknown = sorted(set(scopes) - set(API_KEY_SCOPES))
     if unknown or not scopes:
         raise ApiKeyError(f"Scopes must be a non-empty subset of {', '.join(API_KEY_SCOPES)}; got {scopes}.")
@@ -93,6 +95,7 @@ def api_key_authenticate(token: str) -> ApiKey | None:
 
 
 def room_upsert(*, workspace: Workspace, context: dict, harness: Harness | None = None) -> Room:
+    check_identifier(context.get("room_id"), field="room_id", max_length=100)
     defaults = {"title": context.get("title", context["room_id"]), "context": context}
     if harness is not None:
         defaults["harness"] = harness

@@ -9,11 +9,13 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
-from console.access import WRITE
+from console.access import ADMIN, WRITE
 from console.views.scoping import workspace_view
 from evaluation import selectors
+from evaluation import services as evaluation_services
 from evaluation.execution import SUITES
 from evaluation.models import EvalResult
 from evaluation.services import (
@@ -40,6 +42,7 @@ def evaluation_home(request):
     ordered = sorted(backends, key=lambda b: b != settings.MODEL_BACKEND)  # the deployment's default first
     return render(request, "evaluation/home.html", {
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
+        "archived_sets": selectors.eval_sets(request.workspace, archived=True),
         "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
         "backends": [(b, default_concurrency(b)) for b in ordered],
         "judge_models": sorted(judge_models()),
@@ -69,13 +72,37 @@ def eval_set_create(request):
     return redirect("evaluation_home", ws=request.workspace.slug)
 
 
+@require_POST
+@workspace_view(WRITE)
+def eval_set_archive(request, name: str):
+    """Archive (or, with archived=0, restore) a set: it leaves the lists and the run form, its runs stay."""
+    eval_set = selectors.eval_set_get(request.workspace, name)
+    archive = request.POST.get("archived", "1") != "0"
+    evaluation_services.eval_set_archive(actor=request.actor, eval_set=eval_set, archived=archive)
+    messages.success(request, f"{'Archived' if archive else 'Restored'} eval set {eval_set.name}.")
+    return redirect("evaluation_home", ws=request.workspace.slug)
+
+
+@require_POST
+@workspace_view(ADMIN)
+def eval_set_delete(request, name: str):
+    eval_set = selectors.eval_set_get(request.workspace, name)
+    try:
+        evaluation_services.eval_set_delete(actor=request.actor, eval_set=eval_set)
+        messages.success(request, f"Deleted eval set {eval_set.name}.")
+    except EvalError as exc:
+        messages.error(request, f"Not deleted: {exc}")
+    return redirect("evaluation_home", ws=request.workspace.slug)
+
+
 @workspace_view()
 def eval_set_detail(request, name: str, number: int):
     version = selectors.set_version_get(request.workspace, name, number)
     if request.GET.get("format") == "jsonl":
         body = "".join(json.dumps(c.data, ensure_ascii=False) + "\n" for c in version.cases.all())
         response = HttpResponse(body, content_type="application/x-ndjson")
-        response["Content-Disposition"] = f'attachment; filename="{name}-v{number}.jsonl"'
+        # slugify: a name stored before names were validated must not break (or inject into) the header.
+        response["Content-Disposition"] = f'attachment; filename="{slugify(name) or "eval-set"}-v{number}.jsonl"'
         return response
     cases = version.cases.all()
     if request.GET.get("category"):
@@ -114,7 +141,9 @@ def eval_run_detail(request, run_id: int):
     if failing:
         results = results.filter(accuracy__lt=1)
     page = Paginator(results, 50).get_page(request.GET.get("page"))
-    return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing,
+    # Other finished runs of the same set version: the only ones the compare page can pair with this one.
+    peers = selectors.runs(request.workspace).filter(status="done", set_version=run.set_version).exclude(pk=run.pk)
+    return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing, "peers": peers[:50],
                                                    "progress": selectors.run_progress(run.pk),
                                                    "replay": selectors.run_replay(run) if run.status == "done" else None})
 
@@ -219,8 +248,10 @@ def compare(request):
         if comparison is None:
             raise Http404("No such comparison.")
     done = selectors.runs(request.workspace).filter(status="done")
+    # "Compare with…" on a run page arrives with ?baseline=&candidate= to preselect the pair.
+    picked = {k: int(v) for k in ("baseline", "candidate") if (v := request.GET.get(k, "")).isdigit()}
     metrics = {k: v for k, v in comparison.metrics.items() if not k.startswith("_")} if comparison else {}
     return render(request, "evaluation/compare.html", {
-        "runs": done, "comparison": comparison, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
+        "runs": done, "comparison": comparison, "picked": picked, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
         "abstained": comparison.metrics.get("_abstained") if comparison else None,
         "history": RunComparison.objects.filter(workspace=request.workspace)[:20]})

@@ -5,9 +5,10 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.access import WRITE
+from console.access import ADMIN, WRITE
 from console.views.scoping import workspace_view
 from harness import selectors as harness_selectors
+from serving.experiments import services as experiment_services
 from serving.experiments.selectors import experiment_snapshot
 from serving.experiments.services import ExperimentError, experiment_create, experiment_start, experiment_stop
 from serving.models import Experiment
@@ -22,8 +23,11 @@ def _experiment(request, key: str) -> Experiment:
 
 @workspace_view()
 def experiment_list(request):
+    archived = request.GET.get("archived") == "1"
     return render(request, "serving/experiments.html", {
-        "experiments": Experiment.objects.filter(workspace=request.workspace).select_related("harness"),
+        "experiments": Experiment.objects.filter(workspace=request.workspace, archived_at__isnull=not archived)
+        .select_related("harness"),
+        "archived": archived,
         "harnesses": harness_selectors.harness_list(request.workspace),
     })
 
@@ -86,3 +90,31 @@ def experiment_action(request, key: str, action: str):
     except ExperimentError as exc:
         messages.error(request, str(exc))
     return redirect("experiment_detail", ws=request.workspace.slug, key=key)
+
+
+@require_POST
+@workspace_view(WRITE)
+def experiment_archive(request, key: str):
+    """Archive (or, with archived=0, restore) a stopped or draft experiment: it leaves the list."""
+    experiment = _experiment(request, key)
+    archive = request.POST.get("archived", "1") != "0"
+    try:
+        experiment_services.experiment_archive(actor=request.actor, experiment=experiment, archived=archive)
+    except ExperimentError as exc:
+        messages.error(request, str(exc))
+        return redirect("experiment_detail", ws=request.workspace.slug, key=key)
+    messages.success(request, f"{'Archived' if archive else 'Restored'} experiment {experiment.key}.")
+    return redirect("experiment_list", ws=request.workspace.slug)
+
+
+@require_POST
+@workspace_view(ADMIN)
+def experiment_delete(request, key: str):
+    experiment = _experiment(request, key)
+    try:
+        experiment_services.experiment_delete(actor=request.actor, experiment=experiment)
+    except ExperimentError as exc:
+        messages.error(request, f"Not deleted: {exc}")
+        return redirect("experiment_detail", ws=request.workspace.slug, key=key)
+    messages.success(request, f"Deleted experiment {experiment.key}.")
+    return redirect("experiment_list", ws=request.workspace.slug)

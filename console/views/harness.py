@@ -7,9 +7,11 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from console.access import WRITE
+from console.identifiers import InvalidIdentifier
 from console.views.scoping import workspace_view
 from evaluation.selectors import version_evidence
 from harness import selectors, services
@@ -41,7 +43,24 @@ def _back_to_editor(ws: str, name: str, path: str = ""):
 
 @workspace_view()
 def harness_list(request):
-    return render(request, "harness/list.html", {"harnesses": selectors.harness_list(request.workspace)})
+    archived = request.GET.get("archived") == "1"
+    return render(request, "harness/list.html", {"harnesses": selectors.harness_list(request.workspace, archived=archived),
+                                                 "archived": archived})
+
+
+@require_POST
+@workspace_view(WRITE)
+def harness_archive(request, name: str):
+    """Archive (or, with archived=0, restore) a harness: it leaves lists and pickers, its history stays."""
+    harness = selectors.harness_get(request.workspace, name)
+    archive = request.POST.get("archived", "1") != "0"
+    try:
+        services.harness_archive(actor=request.actor, harness=harness, archived=archive)
+        messages.success(request, f"{'Archived' if archive else 'Restored'} harness {harness.name}.")
+    except services.StoreError as exc:
+        messages.error(request, str(exc))
+        return redirect("harness_detail", ws=request.workspace.slug, name=harness.name)
+    return redirect("harness_list", ws=request.workspace.slug)
 
 
 @workspace_view()
@@ -80,7 +99,8 @@ def version_export(request, name: str, number: int):
         for path, text in sorted(version.files.items()):
             archive.writestr(path, text)
     response = HttpResponse(buffer.getvalue(), content_type="application/zip")
-    response["Content-Disposition"] = f'attachment; filename="{harness.name}-v{version.number}.zip"'
+    # slugify: a name stored before names were validated must not break (or inject into) the header.
+    response["Content-Disposition"] = f'attachment; filename="{slugify(harness.name) or "harness"}-v{version.number}.zip"'
     return response
 
 
@@ -298,7 +318,7 @@ def label_move(request, name: str):
                             version=version, reason=request.POST.get("reason", ""),
                             override=request.POST.get("override") == "1")
         messages.success(request, f"{request.POST.get('label')} → v{version.number}.")
-    except (services.StoreError, Http404) as exc:
+    except (services.StoreError, InvalidIdentifier, Http404) as exc:
         messages.error(request, str(exc))
     return _labels_response(request, harness)
 

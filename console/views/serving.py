@@ -33,6 +33,13 @@ def playground(request):
     context = {"harnesses": harnesses, "rooms": rooms, "backends": available_backends(request.workspace), "state": state,
                "choice": state.get("choice", {}), "error": ""}
     if request.method != "POST":
+        # A version page links here with ?harness=&version=N to preselect that version.
+        if request.GET.get("harness") and request.GET.get("version", "").isdigit():
+            context["choice"] = {**context["choice"], "harness": request.GET["harness"],
+                                 "version": request.GET["version"]}
+            heads = {(h.name, str(h.head.number)) for h in harnesses if h.head}
+            if (request.GET["harness"], request.GET["version"]) not in heads:  # a head already has its option
+                context["pinned"] = f"{request.GET['harness']} v{request.GET['version']}"
         return render(request, "serving/playground.html", context)
 
     choice = {k: request.POST.get(k, "") for k in ("harness", "version", "backend", "room", "viewer_id")}

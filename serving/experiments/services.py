@@ -11,7 +11,8 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from console.access import INGEST, WRITE, Actor, require
+from console.access import ADMIN, INGEST, WRITE, Actor, require
+from console.identifiers import check_identifier
 from console.models import Workspace
 from console.services import audit_record
 from harness import selectors as harness_selectors
@@ -21,6 +22,7 @@ from serving.models import Arm, Event, Experiment, Exposure, Rollup
 from serving.selection import DEFAULT_LABEL, Selection, register_experiment_selector
 
 MAX_EVENTS = 1000
+ROOM_ID_MAX = 100  # Room.room_id
 CLOCK_SKEW = timedelta(seconds=60)
 # Late events are accepted for a week (clients buffer offline); older ones, and any from the future, are refused.
 MAX_EVENT_AGE = timedelta(days=7)
@@ -44,6 +46,16 @@ def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: 
     "backend"?}]; the first arm is the control. An arm's backend may be a training checkpoint
     (`checkpoint:<id>`) of this workspace that an approver promoted for live traffic."""
     require(actor, workspace, WRITE)
+    check_identifier(key, field="experiment key")
+    arms = [{**arm, "name": arm.get("name") or f"arm-{index}"} for index, arm in enumerate(arms)]
+    for index, arm in enumerate(arms):
+        check_identifier(arm["name"], field=f"arm {index + 1} name")
+        if arm.get("kind", "label") == "label":
+            check_identifier(arm.get("label", ""), field=f"arm {index + 1} label")
+    if len({arm["name"] for arm in arms}) != len(arms):
+        raise ExperimentError("Arm names must be different from each other.")
+    for room in rooms or []:
+        check_identifier(room, field="room", max_length=ROOM_ID_MAX)
     if harness.workspace_id != workspace.pk:
         raise ExperimentError("The harness belongs to another workspace.")
     if len(arms) < 2:
@@ -69,7 +81,7 @@ def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: 
         elif kind != "react":
             raise ExperimentError(f"Arm kind must be react, label or version, not {kind!r}.")
         backend = _arm_backend(workspace, arm.get("backend") or "")
-        Arm.objects.create(experiment=experiment, index=index, name=arm.get("name") or f"arm-{index}",
+        Arm.objects.create(experiment=experiment, index=index, name=arm["name"],
                            weight=weight / total, kind=kind, label=arm.get("label", ""), version=version,
                            backend=backend)
     audit_record(actor=actor, workspace=workspace, action="experiment.create", target_type="experiment",
@@ -126,6 +138,37 @@ def experiment_stop(*, actor: Actor, experiment: Experiment, reason: str, contro
                      after={"reason": reason, "control_only": control_only})
     experiment.refresh_from_db()
     return experiment
+
+
+def experiment_archive(*, actor: Actor, experiment: Experiment, archived: bool = True) -> Experiment:
+    """Hide an experiment from the list (or bring it back); a running one must be stopped first."""
+    require(actor, experiment.workspace, WRITE)
+    if archived and experiment.status == Experiment.Status.RUNNING:
+        raise ExperimentError("Stop the experiment before archiving it.")
+    with transaction.atomic():
+        before = experiment.archived_at
+        experiment.archived_at = timezone.now() if archived else None
+        experiment.save(update_fields=["archived_at"])
+        audit_record(actor=actor, workspace=experiment.workspace,
+                     action="experiment.archive" if archived else "experiment.unarchive", target_type="experiment",
+                     target_id=experiment.pk, target_label=experiment.key, before={"archived": before is not None},
+                     after={"archived": archived})
+    return experiment
+
+
+def experiment_delete(*, actor: Actor, experiment: Experiment) -> None:
+    """Delete an experiment that is not running (admin): its arms, exposures and rollups go with it;
+    traces keep their arm label."""
+    require(actor, experiment.workspace, ADMIN)
+    with transaction.atomic():
+        locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+        if locked.status == Experiment.Status.RUNNING:
+            raise ExperimentError("Stop the experiment before deleting it.")
+        audit_record(actor=actor, workspace=locked.workspace, action="experiment.delete", target_type="experiment",
+                     target_id=locked.pk, target_label=locked.key,
+                     before={"status": locked.status, "arms": list(locked.arms.values_list("name", flat=True)),
+                             "exposures": locked.exposures.count()}, after=None)
+        locked.delete()
 
 
 # Assignment for the reply API ---------------------------------------------------------------------

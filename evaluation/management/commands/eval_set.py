@@ -3,6 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from console.access import Actor
+from console.identifiers import InvalidIdentifier
 from console.models import Workspace
 from evaluation.services import EvalError, eval_set_add_version, eval_set_generate, parse_cases
 
@@ -30,6 +31,6 @@ class Command(BaseCommand):
                                                source=f"file {Path(jsonl).name}")
             else:
                 version = eval_set_generate(actor=actor, workspace=space, name=name, suite=suite, seed=seed, n=n)
-        except (EvalError, OSError) as exc:
+        except (EvalError, InvalidIdentifier, OSError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{version}: {version.case_count} cases ({version.source})")

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from console.access import Actor
+from console.identifiers import InvalidIdentifier
 from console.models import Workspace
 from harness import services
 from harness.spec import SpecInvalid, read_dir
@@ -25,7 +26,7 @@ class Command(BaseCommand):
                                              name=harness, files=files, message=message)
         except SpecInvalid as invalid:
             raise CommandError("The harness is invalid:\n" + "\n".join(f"  {e}" for e in invalid.errors)) from None
-        except (OSError, services.StoreError, services.CommitConflict) as exc:
+        except (OSError, InvalidIdentifier, services.StoreError, services.CommitConflict) as exc:
             raise CommandError(str(exc)) from None
         verb = "created" if result.created else "unchanged (identical to)"
         self.stdout.write(f"{verb} {result.version} {result.version.content_hash}")
