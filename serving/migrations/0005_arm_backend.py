@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('serving', '0003_arm_event_experiment_exposure_rollup_and_more'),
+        ('serving', '0004_identifiers_and_archive'),
     ]
 
     operations = [
