@@ -18,6 +18,8 @@ from serving.api import router as serving_router
 from serving.auth import ApiKeyAuth
 from serving.experiments.services import ExperimentError
 from serving.services import ReplyRequestError
+from training.api import router as training_router
+from training.services import TrainingError
 
 # PostgreSQL text and jsonb cannot hold NUL characters; a request that carries one (valid JSON, valid for
 # the schema) would fail deep in a write. They never mean anything here, so they arrive as U+FFFD.
@@ -62,6 +64,7 @@ api.add_decorator(path_without_nul, mode="view")
 api.add_router("/v1", harness_router)
 api.add_router("/v1", serving_router)
 api.add_router("/v1", evolution_router)
+api.add_router("/v1", training_router)
 
 
 @api.exception_handler(SpecInvalid)
@@ -96,6 +99,12 @@ def _label_conflict(request, exc: LabelConflict):
 @api.exception_handler(EvolutionError)
 def _store_error(request, exc: Exception):
     return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
+
+
+@api.exception_handler(TrainingError)
+def _training_invalid(request, exc: TrainingError):
+    return api.create_response(request, {"detail": str(exc), "errors": [{"path": exc.field, "message": str(exc)}]},
+                               status=422)
 
 
 @api.exception_handler(ImproperlyConfigured)

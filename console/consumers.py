@@ -91,3 +91,27 @@ class ExperimentConsumer(WorkspaceObjectConsumer):
 
     async def experiment_update(self, event):
         await self.send_json(event["payload"])
+
+
+class TrainingJobConsumer(WorkspaceObjectConsumer):
+    """`/ws/training/jobs/<id>/`: a snapshot (state, every curve point, log tail), then `training.progress` updates."""
+
+    url_kwarg = "job_id"
+
+    def workspace_id(self, object_id):
+        from training.models import TrainingJob
+
+        return TrainingJob.objects.filter(pk=object_id).values_list("workspace_id", flat=True).first()
+
+    def group_name(self, object_id):
+        from training.progress import job_group
+
+        return job_group(object_id)
+
+    def snapshot(self, object_id):
+        from training.selectors import job_snapshot
+
+        return job_snapshot(object_id)
+
+    async def training_progress(self, event):
+        await self.send_json(event["payload"])

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "serving",
     "evaluation",
     "evaluation.evolution.apps.EvolutionConfig",
+    "training",
 ]
 
 MIDDLEWARE = [
@@ -159,6 +160,14 @@ OPENAI_TIMEOUT_S = env("HARNESSOPS_OPENAI_TIMEOUT_S", 30.0, cast=float)
 # A scripted backend replays these steps for every turn (tests, benchmarks); JSON list of steps.
 SCRIPTED_STEPS: list = json.loads(env("HARNESSOPS_SCRIPTED_STEPS", "[]"))
 SCRIPTED_DELAY_S = env("HARNESSOPS_SCRIPTED_DELAY_S", 0.0, cast=float)  # emulated model latency
+
+# Training (training/): checkpoints, adapters, metrics and resolved configs live under this directory,
+# which every worker that trains or serves a checkpoint must see (a shared volume in production).
+TRAINING_ARTIFACTS_DIR = Path(env("HARNESSOPS_TRAINING_ARTIFACTS_DIR", str(VAR_DIR / "training")))
+# A worker holds a running job by a heartbeat; a redelivered copy of the task (the broker's visibility
+# timeout passed during a long job) waits while the heartbeat is younger than this, and takes over
+# (resuming from the last checkpoint) once it is older: the holder died.
+TRAINING_LEASE_S = env("HARNESSOPS_TRAINING_LEASE_S", 120.0, cast=float)
 
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)

@@ -4,7 +4,7 @@ from django.urls import path, register_converter
 from console.api import api
 from console.health import healthz
 from console.identifiers import IdentifierConverter
-from console.views import evaluation, evolution, experiments, harness, serving, workspace
+from console.views import evaluation, evolution, experiments, harness, serving, training, workspace
 
 # Names go through the identifier converter, so rows stored before names were validated still resolve.
 register_converter(IdentifierConverter, "ident")
@@ -60,6 +60,14 @@ urlpatterns = [
     path(ws + "evolution/proposals/<int:proposal_id>/<str:action>/", evolution.proposal_action,
          name="evolution_proposal_action"),
     path(ws + "traces/<str:trace_id>/", serving.trace_detail, name="trace_detail"),
+    path(ws + "training/", training.training_home, name="training_home"),
+    path(ws + "training/jobs/", training.training_job_create, name="training_job_create"),
+    path(ws + "training/jobs/<int:job_id>/", training.training_job_detail, name="training_job_detail"),
+    path(ws + "training/jobs/<int:job_id>/cancel/", training.training_job_cancel, name="training_job_cancel"),
+    path(ws + "training/checkpoints/<int:checkpoint_id>/promote/", training.checkpoint_promote,
+         name="checkpoint_promote"),
+    path(ws + "training/matrix/", training.matrix_create, name="matrix_create"),
+    path(ws + "training/matrix/<int:matrix_id>/", training.matrix_detail, name="matrix_detail"),
     path(h, harness.harness_detail, name="harness_detail"),
     path(h + "archive/", harness.harness_archive, name="harness_archive"),
     path(h + "v/<int:number>/", harness.version_detail, name="version_detail"),

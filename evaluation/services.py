@@ -200,7 +200,7 @@ def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersio
     if queue not in ("cpu", "gpu"):
         raise EvalError("Queue must be cpu or gpu.")
     resolve_judge(judge, backend)  # unknown judges fail here, not in the worker
-    backend_for(backend)  # likewise for backends (and scripted in production)
+    backend_for(backend, workspace=workspace)  # likewise for backends (scripted in production, foreign checkpoints)
     with transaction.atomic():
         run = EvalRun.objects.create(
             workspace=workspace, set_version=set_version, harness=harness, harness_version=version, backend=backend,

@@ -22,6 +22,21 @@ def _check_limits(request) -> None:
         raise HttpError(429, f"Rate limit of {settings.REPLY_RATE_PER_MINUTE} replies per minute reached for this key.")
 
 
+def _checked_backend(request, name: str | None) -> str | None:
+    """A backend named in the request must exist here (a checkpoint: in this workspace): else 422 on the field."""
+    from django.core.exceptions import ImproperlyConfigured
+    from ninja.errors import ValidationError
+
+    from serving.model_config import backend_for
+
+    if name:
+        try:
+            backend_for(name, workspace=request.workspace)
+        except ImproperlyConfigured as exc:
+            raise ValidationError([{"loc": ["body", "payload", "backend"], "msg": str(exc)}]) from None
+    return name
+
+
 # With ?stream=1 the reply comes as server-sent events: `delta` events carrying {"text"}, then one
 # `final` event carrying the ReplyOut object. Each event's schema, as OpenAPI tools read SSE.
 SSE_EVENT = {
@@ -50,6 +65,7 @@ def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
         actor=request.actor, workspace=request.workspace, room_id=room_id, message=payload.message,
         viewer_id=payload.viewer_id, recent_dialogue=[(t.role, t.text) for t in payload.recent_dialogue],
         room_context=payload.room, harness_name=payload.harness, label=payload.label, version=payload.version,
+        backend_name=_checked_backend(request, payload.backend),
     )
     result, selection = outcome.result, outcome.selection
     body = {"reply": result.reply, "silent": result.silent, "trace_id": result.trace["trace_id"],

@@ -3,25 +3,42 @@
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from serving.backends import ModelBackend, backend_names, create_backend
+from serving.backends import ModelBackend, backend_family, backend_names, create_backend, is_backend_name
 from serving.backends.scripted import ScriptedBackend, steps_from_json
 
 
-def available_backends() -> list[str]:
+def available_backends(workspace=None) -> list[str]:
     """Backends this deployment can use: scripted only outside production and with a script
-    (HARNESSOPS_SCRIPTED_STEPS; without one every turn would fail), openai only when configured."""
+    (HARNESSOPS_SCRIPTED_STEPS; without one every turn would fail), openai only when configured; then,
+    given a workspace, its registered training checkpoints (`checkpoint:<id>`)."""
     names = [n for n in backend_names()
              if not (n == "scripted" and (settings.PRODUCTION or not settings.SCRIPTED_STEPS))]
+    names = [n for n in names if n != "transformers"]  # a model directory is named as a checkpoint instead
     if not settings.OPENAI_BASE_URL:
         names = [n for n in names if n != "openai"]
+    if workspace is not None:
+        from training.selectors import backend_choices
+
+        names += backend_choices(workspace)
     return names
 
 
-def backend_for(name: str | None = None) -> ModelBackend:
-    """A backend instance for one turn. Cheap: the local model is loaded once per process by its module."""
+def backend_for(name: str | None = None, *, workspace=None) -> ModelBackend:
+    """A backend instance for one turn. Cheap: models are loaded once per process by their modules.
+
+    Given `workspace`, a checkpoint name must be one of that workspace's checkpoints (names entering
+    from a request are checked this way; a stored run's backend was checked when it was created).
+    """
     name = name or settings.MODEL_BACKEND
-    if name not in backend_names():
-        raise ImproperlyConfigured(f"Unknown model backend {name!r}; choose one of {', '.join(backend_names())}.")
+    if not is_backend_name(name) or name == "transformers":
+        raise ImproperlyConfigured(f"Unknown model backend {name!r}; choose one of {', '.join(backend_names())} "
+                                   "or checkpoint:<id>.")
+    if backend_family(name) == "checkpoint" and workspace is not None:
+        from training.selectors import checkpoint_for_backend
+
+        checkpoint = checkpoint_for_backend(name)
+        if checkpoint is None or checkpoint.workspace_id != workspace.pk:
+            raise ImproperlyConfigured(f"No checkpoint {name!r} in this workspace.")
     if name == "scripted":
         if settings.PRODUCTION:
             raise ImproperlyConfigured("The scripted backend is for tests and is refused in production.")

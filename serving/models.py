@@ -132,6 +132,8 @@ class Arm(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     label = models.CharField(max_length=64, blank=True, validators=[validate_identifier])
     version = models.ForeignKey(HarnessVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    backend = models.CharField(max_length=64, blank=True,
+                               help_text="the model this arm answers with (e.g. checkpoint:12); empty: the default")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["experiment", "index"], name="arm_index_per_experiment")]

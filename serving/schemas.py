@@ -22,6 +22,8 @@ class ReplyIn(Schema):
     harness: str | None = Field(default=None, description="Harness name; default: the room's harness.")
     label: str | None = Field(default=None, max_length=64, description="Label to answer with (default production).")
     version: int | None = Field(default=None, ge=1, le=2**31 - 1, description="Pin a version number instead of a label.")
+    backend: str | None = Field(default=None, max_length=64, description="Model backend, or a registered "
+                                "training checkpoint as `checkpoint:<id>`; default: the deployment's model.")
 
 
 class ReplyOut(Schema):

@@ -19,6 +19,7 @@ class Selection:
     version: HarnessVersion
     arm: str  # "label:production", "pinned:v3", or an experiment's arm name
     baseline: bool = False  # True when the arm is the ReAct control
+    backend: str = ""  # the model an experiment's arm answers with; empty: the request's or the default
 
 
 ExperimentSelector = Callable[[Harness, str, str], Selection | None]

@@ -165,7 +165,8 @@ def room_reply(
         spec = harness_selectors.version_spec(selection.version)
         if selection.baseline:
             spec = react_baseline_spec(spec)
-    backend = backend_for(backend_name)
+    # A backend named in the request wins; else the experiment arm's model; else the deployment's default.
+    backend = backend_for(backend_name or (selection.backend if selection else "") or None, workspace=workspace)
     turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.from_dict({**context, "room_id": room_id}),
                      recent_dialogue=tuple(recent_dialogue or ()))
     arm = selection.arm if selection else "draft"

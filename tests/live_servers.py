@@ -50,10 +50,10 @@ def stop(process: subprocess.Popen) -> None:
             process.kill()
 
 
-def start_worker(log_file: Path | None = None, **extra) -> subprocess.Popen:
-    """A solo-pool worker on the `cpu` queue; with `log_file`, its info-level log (task results) goes there."""
+def start_worker(log_file: Path | None = None, *, queues: str = "cpu", **extra) -> subprocess.Popen:
+    """A solo-pool worker on `queues` (default `cpu`); with `log_file`, its info-level log (task results) goes there."""
     level = "info" if log_file else "warning"
-    argv = [str(BIN / "celery"), "-A", "console", "worker", "-Q", "cpu", "--pool", "solo", "-l", level,
+    argv = [str(BIN / "celery"), "-A", "console", "worker", "-Q", queues, "--pool", "solo", "-l", level,
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
     if log_file:
         argv += ["--logfile", str(log_file)]

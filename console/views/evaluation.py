@@ -38,7 +38,7 @@ MAX_UPLOAD = 20 * 1024 * 1024
 def evaluation_home(request):
     from django.conf import settings
 
-    backends = available_backends()
+    backends = available_backends(request.workspace)
     ordered = sorted(backends, key=lambda b: b != settings.MODEL_BACKEND)  # the deployment's default first
     return render(request, "evaluation/home.html", {
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],

@@ -35,14 +35,17 @@ def experiment_list(request):
 @require_POST
 @workspace_view(WRITE)
 def experiment_new(request):
-    """Arms come as one line each: `name weight react` | `name weight label:<label>` | `name weight v<N>`."""
+    """Arms come as one line each: `name weight react` | `name weight label:<label>` | `name weight v<N>`,
+    optionally followed by the arm's model (`checkpoint:<id>` or a backend name)."""
     try:
         harness = harness_selectors.harness_get(request.workspace, request.POST.get("harness", ""))
         arms = []
         for line in request.POST.get("arms", "").splitlines():
             if not line.strip():
                 continue
-            name, weight, target = line.split()
+            name, weight, target, *model = line.split()
+            if len(model) > 1:
+                raise ExperimentError(f"Too many words in arm line {line.strip()!r}.")
             if target == "react":
                 arms.append({"name": name, "weight": float(weight), "kind": "react"})
             elif target.startswith("label:"):
@@ -51,6 +54,8 @@ def experiment_new(request):
                 arms.append({"name": name, "weight": float(weight), "kind": "version", "version": int(target[1:])})
             else:
                 raise ExperimentError(f"Unknown arm target {target!r}: use react, label:NAME or vN.")
+            if model:
+                arms[-1]["backend"] = model[0]
         guardrails = {k: float(request.POST[k]) for k in ("latency_p95_ms", "accuracy_drop", "min_samples")
                       if request.POST.get(k)}
         experiment = experiment_create(

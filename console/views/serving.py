@@ -30,7 +30,7 @@ def playground(request):
     harnesses = list(harness_selectors.harness_list(request.workspace))
     rooms = list(selectors.rooms(request.workspace))
     state = request.session.get(_session_key(request.workspace), {"dialogue": []})
-    context = {"harnesses": harnesses, "rooms": rooms, "backends": available_backends(), "state": state,
+    context = {"harnesses": harnesses, "rooms": rooms, "backends": available_backends(request.workspace), "state": state,
                "choice": state.get("choice", {}), "error": ""}
     if request.method != "POST":
         # A version page links here with ?harness=&version=N to preselect that version.

@@ -8,6 +8,8 @@ from serving.backends.base import ModelBackend
 BackendFactory = Callable[..., ModelBackend]
 
 _FACTORIES: dict[str, BackendFactory] = {}
+# Families name many models under one prefix: `checkpoint:12` calls the `checkpoint` family's factory with "12".
+_FAMILIES: dict[str, BackendFactory] = {}
 
 
 def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
@@ -22,8 +24,24 @@ def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
     return decorate
 
 
+def register_backend_family(prefix: str, factory: BackendFactory) -> None:
+    """Names `prefix:<ref>` resolve to `factory(ref, **config)` (e.g. registered training checkpoints)."""
+    if prefix in _FAMILIES and _FAMILIES[prefix] is not factory:
+        raise ValueError(f"model backend family {prefix!r} is already registered")
+    _FAMILIES[prefix] = factory
+
+
+def backend_family(name: str) -> str | None:
+    """The family prefix of `name` when it is `prefix:<ref>` of a registered family, else None."""
+    prefix, sep, ref = name.partition(":")
+    return prefix if sep and ref and prefix in _FAMILIES else None
+
+
 def create_backend(name: str, **config: Any) -> ModelBackend:
     """A new backend instance; `KeyError` names the registered backends when `name` is unknown."""
+    family = backend_family(name)
+    if family is not None:
+        return _FAMILIES[family](name.partition(":")[2], **config)
     try:
         factory = _FACTORIES[name]
     except KeyError:
@@ -33,3 +51,7 @@ def create_backend(name: str, **config: Any) -> ModelBackend:
 
 def backend_names() -> list[str]:
     return sorted(_FACTORIES)
+
+
+def is_backend_name(name: str) -> bool:
+    return name in _FACTORIES or backend_family(name) is not None

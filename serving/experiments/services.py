@@ -42,8 +42,9 @@ def _bucket(moment: datetime) -> datetime:
 def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: Harness, arms: list[dict],
                       coverage: float = 1.0, rooms: list[str] | None = None, guardrails: dict | None = None,
                       seed: str = "") -> Experiment:
-    """A draft experiment. `arms`: [{"name", "weight", "kind": react|label|version, "label"?, "version"?}];
-    the first arm is the control."""
+    """A draft experiment. `arms`: [{"name", "weight", "kind": react|label|version, "label"?, "version"?,
+    "backend"?}]; the first arm is the control. An arm's backend may be a training checkpoint
+    (`checkpoint:<id>`) of this workspace that an approver promoted for live traffic."""
     require(actor, workspace, WRITE)
     check_identifier(key, field="experiment key")
     arms = [{**arm, "name": arm.get("name") or f"arm-{index}"} for index, arm in enumerate(arms)]
@@ -79,11 +80,33 @@ def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: 
             version = harness_selectors.version_get(harness, int(arm["version"]))
         elif kind != "react":
             raise ExperimentError(f"Arm kind must be react, label or version, not {kind!r}.")
+        backend = _arm_backend(workspace, arm.get("backend") or "")
         Arm.objects.create(experiment=experiment, index=index, name=arm["name"],
-                           weight=weight / total, kind=kind, label=arm.get("label", ""), version=version)
+                           weight=weight / total, kind=kind, label=arm.get("label", ""), version=version,
+                           backend=backend)
     audit_record(actor=actor, workspace=workspace, action="experiment.create", target_type="experiment",
                  target_id=experiment.pk, target_label=key, after={"arms": arms, "coverage": coverage})
     return experiment
+
+
+def _arm_backend(workspace: Workspace, name: str) -> str:
+    """An arm's model must exist here; a checkpoint must be promoted (live traffic is an approver's call)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from serving.model_config import backend_for
+
+    if not name:
+        return ""
+    try:
+        backend_for(name, workspace=workspace)
+    except ImproperlyConfigured as exc:
+        raise ExperimentError(str(exc)) from None
+    if name.startswith("checkpoint:"):
+        from training.selectors import checkpoint_for_backend
+
+        if not checkpoint_for_backend(name).promoted:
+            raise ExperimentError(f"{name} is not promoted for live traffic; an approver promotes it first.")
+    return name
 
 
 def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
@@ -170,7 +193,7 @@ def arm_selection(experiment: Experiment, arm: Arm) -> Selection:
         label = harness.labels.filter(name=DEFAULT_LABEL).select_related("version").first()
         version = label.version if label else harness.head
     return Selection(version=version, arm=experiment_arm_label(experiment.key, arm.name),
-                     baseline=arm.kind == Arm.Kind.REACT)
+                     baseline=arm.kind == Arm.Kind.REACT, backend=arm.backend)
 
 
 def assign_viewer(experiment: Experiment, viewer_id: str) -> Arm | None:

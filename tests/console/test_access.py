@@ -14,6 +14,7 @@ from evaluation.models import EvalResult, EvalRun
 from harness import services
 from serving.models import Experiment, Trace
 from serving.services import api_key_create
+from training.models import TrainingJob
 
 pytestmark = pytest.mark.django_db
 
@@ -71,8 +72,16 @@ CONSOLE = {
     "evolution_history": ("GET", "read"),
     "experiment_archive": ("POST", "write"),
     "experiment_delete": ("POST", "admin"),
+    "training_home": ("GET", "read"),
+    "training_job_create": ("POST", "write"),
+    "training_job_detail": ("GET", "read"),
+    "training_job_cancel": ("POST", "write"),
+    "checkpoint_promote": ("POST", "approve"),
+    "matrix_create": ("POST", "write"),
+    "matrix_detail": ("GET", "read"),
 }
 EVOLUTION_IDS = ("diagnosis_id", "round_id", "proposal_id")
+TRAINING_IDS = ("job_id", "checkpoint_id", "matrix_id")
 PUBLIC = {"login", "logout", "healthz", "password_reset_confirm", "password_reset_complete"}
 # URLs outside any workspace: name → who may use them.
 GLOBAL = {"workspace_new": "staff"}
@@ -102,7 +111,7 @@ def console_url(name: str, ws: str, harness: str, key_id) -> str:
         kwargs["label"] = "staging"
     if "key_id" in params:
         kwargs["key_id"] = ids["key_id"]
-    for param in ("run_id", "result_id", *EVOLUTION_IDS):
+    for param in ("run_id", "result_id", *EVOLUTION_IDS, *TRAINING_IDS):
         if param in params:
             kwargs[param] = ids[param]
     if "action" in params:
@@ -135,7 +144,8 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
         result = EvalResult.objects.create(run=run, case=version.cases.get(), category="ifeval", accuracy=1,
                                            effectiveness=1, judge_version="j", outcome="replied", latency_ms=1,
                                            trace={"steps": []})
-        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk, **evolution_objects(run)}
+        ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk, **evolution_objects(run),
+                           **training_objects(space, h, run)}
         Experiment.objects.create(workspace=space, key="exp-secret" if h.name == "secret" else f"exp-{space.slug}",
                                   seed="s", harness=h, created_by="t")
     return {"own_key": ids["acme"], "foreign_key": ids["rival"]}
@@ -163,6 +173,19 @@ def evolution_objects(run) -> dict:
                                       status="done")
     return {"diagnosis_id": diagnosis.pk, "round_id": evolution_round.pk, "proposal_id": proposal.pk,
             "live_run_id": live_run.pk}
+
+
+def training_objects(space, harness, run) -> dict:
+    """A finished training job with one checkpoint, and a matrix holding `run`, in `space`."""
+    from training.models import Checkpoint, CheckpointMatrix
+
+    job = TrainingJob.objects.create(workspace=space, name="j", base_model="m", stages=["sft"], config={},
+                                     status="done", created_by="t")
+    checkpoint = Checkpoint.objects.create(workspace=space, job=job, stage="sft", base_model="m",
+                                           path=f"/nowhere/{space.slug}")
+    matrix = CheckpointMatrix.objects.create(workspace=space, set_version=run.set_version, created_by="t")
+    matrix.runs.set([run])
+    return {"job_id": job.pk, "checkpoint_id": checkpoint.pk, "matrix_id": matrix.pk}
 
 
 def url_params(name: str) -> set[str]:
@@ -210,7 +233,7 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     # Their objects (harness, key), reached through our workspace's URL.
     url = console_url(name, "acme", "secret", world["foreign_key"])
     foreign_object = "secret" in url or "t-rival" in url or "exp-rival" in url or any(
-        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id", *EVOLUTION_IDS)
+        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id", *EVOLUTION_IDS, *TRAINING_IDS)
         if k in url_params(name))
     if role != "outsider" and foreign_object:
         status = request(client, method, url).status_code
@@ -256,6 +279,14 @@ API = {
     ("GET", "/api/v1/diagnoses/{diagnosis_id}/proposals"): ("read", None, True),
     ("POST", "/api/v1/proposals/{proposal_id}/accept"): ("write", None, True),
     ("POST", "/api/v1/proposals/{proposal_id}/reject"): ("write", {"reason": "too broad"}, True),
+    ("GET", "/api/v1/training/jobs"): ("read", None, False),
+    ("GET", "/api/v1/training/jobs/{job_id}"): ("read", None, True),
+    ("POST", "/api/v1/training/jobs/{job_id}/cancel"): ("write", {}, True),
+    ("GET", "/api/v1/training/checkpoints"): ("read", None, False),
+    ("POST", "/api/v1/training/jobs"): ("write", {
+        "name": "api-job", "harness_versions": ["avatar@v1"], "simulator": {"seed": 1, "size": 2},
+        "config": {"model": {"base": "tiny-random-smollm2"}, "stages": [{"kind": "sft", "config": {"max_steps": 1}}]},
+    }, False),
 }
 # A key whose scopes do not include the one needed.
 WITHOUT = {"read": "ingest", "write": "read", "ingest": "read"}
@@ -287,6 +318,7 @@ def tokens(workspace, foreign_workspace, world):
 def api_call(client, method, path, body, token=None, harness=None, ids=None):
     label = "canary" if method == "PUT" else "staging"  # a move to where a label already is would be a 409
     ids = {**(ids or {}), "run_id": (ids or {}).get("live_run_id")}  # the API diagnoses a simulator-suite run
+    ids["job_id"] = TrainingJob.objects.filter(workspace__slug="acme").values_list("pk", flat=True).first()
     url = path.format(name="avatar", ref="1", label=label, room_id="demo-room", **ids) + QUERIES.get(path, "")
     if body == "commit":
         body = {"base_version": 1, "message": "m", "files": harness.head.files}
@@ -314,6 +346,8 @@ def test_api_access(client, tokens, world, harness, settings, method, path):
     foreign = call(tokens["foreign"])
     if names_an_object:
         assert foreign.status_code == 404
+    elif path.startswith("/api/v1/training/"):  # lists hold only the foreign workspace's objects; no avatar there
+        assert foreign.status_code == 422 if method == "POST" else "acme" not in foreign.content.decode()
     elif scope == "read":
         assert [h["name"] for h in foreign.json()] == ["secret"]
     else:

@@ -1,0 +1,106 @@
+"""Reads for training: jobs, their progress and curves, checkpoints, checkpoint × harness matrices."""
+
+from django.http import Http404
+
+from console.models import Workspace
+from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
+
+MAX_POINTS = 5000  # curve points sent in a snapshot; a longer job sends its latest ones
+
+
+def jobs(workspace: Workspace):
+    return TrainingJob.objects.filter(workspace=workspace).prefetch_related("harness_versions__harness")
+
+
+def job_get(workspace: Workspace, job_id: int) -> TrainingJob:
+    job = jobs(workspace).filter(pk=job_id).first()
+    if job is None:
+        raise Http404("No such training job.")
+    return job
+
+
+def job_state(job: TrainingJob) -> dict:
+    """The progress fields of a job, as the live page and the API show them."""
+    return {
+        "id": job.pk, "name": job.name, "status": job.status, "cancel_requested": job.cancel_requested,
+        "stage": job.stage, "stage_index": job.stage_index, "stages": list(job.stages), "step": job.step,
+        "total_steps": job.total_steps, "fraction": round(job.fraction, 4), "tokens_per_s": job.tokens_per_s,
+        "eta_s": job.eta_s, "error": job.error, "attempts": job.attempts,
+    }
+
+
+def metric_point(row: TrainingMetric) -> dict:
+    return {"stage": row.stage, "stage_index": row.stage_index, "step": row.step, "total_steps": row.total_steps, "values": row.values,
+            "at": row.created_at.isoformat()}
+
+
+def job_snapshot(job_id: int) -> dict:
+    """Everything the live page needs on connect: state, every curve point so far, log lines, checkpoints."""
+    job = TrainingJob.objects.get(pk=job_id)
+    rows = list(TrainingMetric.objects.filter(job_id=job_id).order_by("-id")[:MAX_POINTS])[::-1]
+    return {"kind": "snapshot", "job": job_state(job), "points": [metric_point(r) for r in rows],
+            "lines": list(job.log_tail), "checkpoints": [checkpoint_summary(c) for c in job.checkpoints.all()]}
+
+
+def checkpoint_summary(checkpoint: Checkpoint) -> dict:
+    return {"id": checkpoint.pk, "stage": checkpoint.stage, "backend": checkpoint.backend_name,
+            "path": checkpoint.path, "parent": checkpoint.parent_id, "metrics": checkpoint.metrics,
+            "promoted": checkpoint.promoted}
+
+
+def checkpoints(workspace: Workspace):
+    return Checkpoint.objects.filter(workspace=workspace).select_related("job", "parent")
+
+
+def checkpoint_get(workspace: Workspace, checkpoint_id: int) -> Checkpoint:
+    checkpoint = checkpoints(workspace).filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        raise Http404("No such checkpoint.")
+    return checkpoint
+
+
+def checkpoint_for_backend(name: str) -> Checkpoint | None:
+    """The checkpoint a `checkpoint:<id>` backend name refers to (None for other names or unknown ids)."""
+    prefix, _, ref = name.partition(":")
+    if prefix != "checkpoint" or not ref.isdigit():
+        return None
+    return Checkpoint.objects.filter(pk=int(ref)).first()
+
+
+def backend_choices(workspace: Workspace) -> list[str]:
+    """Backend names of this workspace's checkpoints, newest first, for the forms that pick a model."""
+    return [f"checkpoint:{pk}" for pk in Checkpoint.objects.filter(workspace=workspace).values_list("pk", flat=True)]
+
+
+def matrices(workspace: Workspace):
+    return CheckpointMatrix.objects.filter(workspace=workspace).select_related("set_version__eval_set")
+
+
+def matrix_get(workspace: Workspace, matrix_id: int) -> CheckpointMatrix:
+    matrix = matrices(workspace).filter(pk=matrix_id).first()
+    if matrix is None:
+        raise Http404("No such matrix.")
+    return matrix
+
+
+def matrix_cells(matrix: CheckpointMatrix, metric: str = "accuracy") -> dict:
+    """Rows (checkpoints) × columns (harness versions) of one metric's overall mean, with each cell's run."""
+    checkpoints_ = list(matrix.checkpoints.order_by("pk"))
+    versions = list(matrix.harness_versions.select_related("harness").order_by("harness__name", "number"))
+    by_cell = {}
+    for run in matrix.runs.all():
+        by_cell[(run.backend, run.harness_version_id)] = run
+    cells, grid = [], []
+    for checkpoint in checkpoints_:
+        grid.append({"label": f"checkpoint:{checkpoint.pk} ({checkpoint.stage})", "cells": []})
+        for version in versions:
+            run = by_cell.get((checkpoint.backend_name, version.pk))
+            overall = (run.summary or {}).get("overall", {}) if run else {}
+            cells.append({"checkpoint": checkpoint.pk, "version": str(version), "run": run.pk if run else None,
+                          "status": run.status if run else "missing", "n": overall.get("n", 0),
+                          "value": overall.get(metric) if run and run.status == "done" else None})
+            grid[-1]["cells"].append(cells[-1])
+    return {"grid": grid, "rows": [f"checkpoint:{c.pk} ({c.stage})" for c in checkpoints_], "row_ids": [c.pk for c in checkpoints_],
+            "columns": [str(v) for v in versions], "cells": cells, "metric": metric,
+            "pending": any(c["status"] in ("queued", "running") for c in cells),
+            "height": 90 + 48 * len(checkpoints_)}
