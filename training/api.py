@@ -3,6 +3,7 @@
 from ninja import Router, Status
 
 from console.access import READ, WRITE, require
+from console.schemas import errors
 from training import selectors, services
 from training.models import Checkpoint, TrainingJob
 from training.schemas import CheckpointOut, JobIn, JobOut
@@ -36,7 +37,7 @@ def _jobs(request):
     return selectors.jobs(request.workspace).prefetch_related("excluded_sets__eval_set", "checkpoints")
 
 
-@router.post("/training/jobs", response={201: JobOut})
+@router.post("/training/jobs", response={201: JobOut, **errors(400, 401, 403, 404, 422)})
 def create_job(request, payload: JobIn):
     """Validate and queue a training job on the `gpu` queue. A bad field answers 422 naming it; nothing is queued."""
     require(request.actor, request.workspace, WRITE)
@@ -55,19 +56,19 @@ def create_job(request, payload: JobIn):
     return Status(201, _job_out(_jobs(request).get(pk=job.pk)))
 
 
-@router.get("/training/jobs", response=list[JobOut])
+@router.get("/training/jobs", response={200: list[JobOut], **errors(401, 403)})
 def list_jobs(request):
     require(request.actor, request.workspace, READ)
     return [_job_out(job) for job in _jobs(request)[:200]]
 
 
-@router.get("/training/jobs/{job_id}", response=JobOut)
+@router.get("/training/jobs/{job_id}", response={200: JobOut, **errors(401, 403, 404, 422)})
 def get_job(request, job_id: int):
     require(request.actor, request.workspace, READ)
     return _job_out(selectors.job_get(request.workspace, job_id))
 
 
-@router.post("/training/jobs/{job_id}/cancel", response=JobOut)
+@router.post("/training/jobs/{job_id}/cancel", response={200: JobOut, **errors(400, 401, 403, 404, 422)})
 def cancel_job(request, job_id: int):
     """Stop a job at its next step; the checkpoints it registered stay."""
     require(request.actor, request.workspace, WRITE)
@@ -75,7 +76,7 @@ def cancel_job(request, job_id: int):
     return _job_out(job)
 
 
-@router.get("/training/checkpoints", response=list[CheckpointOut])
+@router.get("/training/checkpoints", response={200: list[CheckpointOut], **errors(401, 403)})
 def list_checkpoints(request):
     require(request.actor, request.workspace, READ)
     return [_checkpoint_out(c) for c in selectors.checkpoints(request.workspace)[:500]]

@@ -3,6 +3,7 @@
 from ninja import Router, Status
 
 from console.access import READ, require
+from console.schemas import errors
 from evaluation import selectors as eval_selectors
 from evaluation.evolution import selectors, services
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal
@@ -37,25 +38,25 @@ def _diagnosis(request, diagnosis_id: int) -> Diagnosis:
     return selectors.diagnosis_get(request.workspace, diagnosis_id)
 
 
-@router.post("/eval/runs/{run_id}/diagnoses", response={201: DiagnosisOut}, summary="Diagnose a finished eval run")
+@router.post("/eval/runs/{run_id}/diagnoses", response={201: DiagnosisOut, **errors(400, 401, 403, 404, 422)}, summary="Diagnose a finished eval run")
 def request_diagnosis(request, run_id: int):
     """Queue a diagnosis (write scope): failure signatures, clusters, stop advice and proposed edits."""
     run = eval_selectors.run_get(request.workspace, run_id)
     return Status(201, _diagnosis_out(services.diagnosis_request(actor=request.actor, run=run)))
 
 
-@router.get("/diagnoses/{diagnosis_id}", response=DiagnosisOut)
+@router.get("/diagnoses/{diagnosis_id}", response={200: DiagnosisOut, **errors(401, 403, 404, 422)})
 def get_diagnosis(request, diagnosis_id: int):
     return _diagnosis_out(_diagnosis(request, diagnosis_id))
 
 
-@router.get("/diagnoses/{diagnosis_id}/clusters", response=list[ClusterOut])
+@router.get("/diagnoses/{diagnosis_id}/clusters", response={200: list[ClusterOut], **errors(401, 403, 404, 422)})
 def list_clusters(request, diagnosis_id: int):
     """Clusters ranked by the accuracy and effectiveness they cost."""
     return [_cluster_out(c) for c in _diagnosis(request, diagnosis_id).clusters.all()]
 
 
-@router.get("/diagnoses/{diagnosis_id}/proposals", response=list[ProposalOut])
+@router.get("/diagnoses/{diagnosis_id}/proposals", response={200: list[ProposalOut], **errors(401, 403, 404, 422)})
 def list_proposals(request, diagnosis_id: int, valid: bool | None = None):
     """Proposed edits; `valid=true` for the candidates only (invalid ones keep their errors)."""
     proposals = _diagnosis(request, diagnosis_id).proposals.select_related("cluster")
@@ -64,14 +65,14 @@ def list_proposals(request, diagnosis_id: int, valid: bool | None = None):
     return [_proposal_out(p) for p in proposals]
 
 
-@router.post("/proposals/{proposal_id}/accept", response=ProposalOut)
+@router.post("/proposals/{proposal_id}/accept", response={200: ProposalOut, **errors(400, 401, 403, 404, 422)})
 def accept_proposal(request, proposal_id: int):
     """Accept a valid proposal (write scope); accepted edits become one candidate version in the console."""
     proposal = selectors.proposal_get(request.workspace, proposal_id)
     return _proposal_out(services.proposal_accept(actor=request.actor, proposal=proposal))
 
 
-@router.post("/proposals/{proposal_id}/reject", response=ProposalOut)
+@router.post("/proposals/{proposal_id}/reject", response={200: ProposalOut, **errors(400, 401, 403, 404, 422)})
 def reject_proposal(request, proposal_id: int, payload: RejectIn):
     """Reject with a reason (write scope): later diagnoses read it and never propose the same edit again."""
     proposal = selectors.proposal_get(request.workspace, proposal_id)
