@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), requires_services, pytest
 # Known failure, under investigation: the worker stores the steps, but the page did not receive them in
 # two runs on the shared machine (the consumer + reporter path passes in test_jobs_live.py, and a page
 # fed by a reporter in the test process updates). Not strict, so a fix shows up as XPASS.
-@pytest.mark.xfail(strict=False, reason="curve updates from the Celery worker did not reach the page")
+@pytest.mark.xfail(strict=False, reason="known bug (issue 11): curve updates from a real Celery worker do not reach the page; "
+                   "the websocket closes while the worker trains (suspect: Daphne ping timeout under CPU starvation, no reconnect)")
 def test_browser_launches_a_job_and_watches_its_curve_move(page, workspace, members, purge_queue_fixture, tmp_path):
     mini_harness(workspace)
     artifacts = {"HARNESSOPS_TRAINING_ARTIFACTS_DIR": str(tmp_path)}
@@ -40,7 +41,7 @@ def test_browser_launches_a_job_and_watches_its_curve_move(page, workspace, memb
         # The first points arrive over the websocket, then the curve keeps growing without a reload.
         try:
             page.wait_for_function("Number(document.getElementById('progress').dataset.points) >= 2",
-                                   timeout=600_000)
+                                   timeout=180_000)
         except Exception:
             raise AssertionError(f"no curve points on the page; page errors: {errors}; points stored: "
                                  f"{list(TrainingMetric.objects.values_list('step', flat=True))}") from None
