@@ -75,7 +75,8 @@ def top_level_packages() -> set[str]:
     includes = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
     found = set()
     for entry in ROOT.iterdir():
-        if not entry.is_dir() or entry.name.startswith("."):
+        # Only importable names: `harness*` must not take pip's `harnessops.egg-info` for a package.
+        if not entry.is_dir() or not entry.name.isidentifier():
             continue
         if (entry / "__init__.py").exists() or any(re.fullmatch(p.replace("*", ".*"), entry.name) for p in includes):
             found.add(entry.name)

@@ -31,7 +31,7 @@ def test_a_bad_key_request_redirects_with_the_error_and_creates_nothing(client, 
     client.force_login(members["admin"])
     response = client.post("/w/acme/keys/", {"name": "", "scopes": ["read"]}, follow=True)
     assert response.redirect_chain == [("/w/acme/keys/", 302)]
-    assert b"Give the key a name." in response.content and response.context["new_token"] is None
+    assert b"name is required" in response.content and response.context["new_token"] is None
     assert not ApiKey.objects.exists()
 
 
