@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
@@ -40,6 +41,17 @@ def audit_record(
         before=before,
         after=after,
     )
+
+
+def archived_set(*, actor: Actor, obj, kind: str, label: str, archived: bool) -> None:
+    """Archive `obj` (a row with `archived_at` and `workspace`) or bring it back, with its audit event."""
+    with transaction.atomic():
+        before = obj.archived_at
+        obj.archived_at = timezone.now() if archived else None
+        obj.save(update_fields=["archived_at"])
+        audit_record(actor=actor, workspace=obj.workspace, action=f"{kind}.archive" if archived else f"{kind}.unarchive",
+                     target_type=kind, target_id=obj.pk, target_label=label, before={"archived": before is not None},
+                     after={"archived": archived})
 
 
 class WorkspaceError(ValueError):

@@ -15,7 +15,7 @@ from console.access import ADMIN, WRITE, Actor, require
 from console.identifiers import check_identifier
 from console.jobs import enqueue
 from console.models import Workspace
-from console.services import audit_record
+from console.services import archived_set, audit_record
 from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
@@ -93,14 +93,7 @@ def eval_set_add_version(*, actor: Actor, workspace: Workspace, name: str, suite
 def eval_set_archive(*, actor: Actor, eval_set: EvalSet, archived: bool = True) -> EvalSet:
     """Hide a set from lists and pickers (or bring it back); its versions and runs are kept."""
     require(actor, eval_set.workspace, WRITE)
-    with transaction.atomic():
-        before = eval_set.archived_at
-        eval_set.archived_at = timezone.now() if archived else None
-        eval_set.save(update_fields=["archived_at"])
-        audit_record(actor=actor, workspace=eval_set.workspace,
-                     action="eval_set.archive" if archived else "eval_set.unarchive", target_type="eval_set",
-                     target_id=eval_set.pk, target_label=eval_set.name, before={"archived": before is not None},
-                     after={"archived": archived})
+    archived_set(actor=actor, obj=eval_set, kind="eval_set", label=eval_set.name, archived=archived)
     return eval_set
 
 

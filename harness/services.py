@@ -8,12 +8,11 @@ failed write leaves nothing behind.
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.utils import timezone
 
 from console.access import APPROVE, WRITE, Actor, require
 from console.identifiers import check_identifier
 from console.models import Workspace
-from console.services import audit_record
+from console.services import archived_set, audit_record
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
 
@@ -125,14 +124,7 @@ def harness_archive(*, actor: Actor, harness: Harness, archived: bool = True) ->
     require(actor, harness.workspace, WRITE)
     if archived and harness.experiments.filter(status="running").exists():
         raise StoreError("An experiment is running on this harness: stop it before archiving the harness.")
-    with transaction.atomic():
-        before = harness.archived_at
-        harness.archived_at = timezone.now() if archived else None
-        harness.save(update_fields=["archived_at"])
-        audit_record(actor=actor, workspace=harness.workspace,
-                     action="harness.archive" if archived else "harness.unarchive", target_type="harness",
-                     target_id=harness.pk, target_label=harness.name, before={"archived": before is not None},
-                     after={"archived": archived})
+    archived_set(actor=actor, obj=harness, kind="harness", label=harness.name, archived=archived)
     return harness
 
 

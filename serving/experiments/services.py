@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_datetime
 from console.access import ADMIN, INGEST, WRITE, Actor, require
 from console.identifiers import check_identifier
 from console.models import Workspace
-from console.services import audit_record
+from console.services import archived_set, audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
 from serving.experiments.assignment import assign
@@ -145,14 +145,7 @@ def experiment_archive(*, actor: Actor, experiment: Experiment, archived: bool =
     require(actor, experiment.workspace, WRITE)
     if archived and experiment.status == Experiment.Status.RUNNING:
         raise ExperimentError("Stop the experiment before archiving it.")
-    with transaction.atomic():
-        before = experiment.archived_at
-        experiment.archived_at = timezone.now() if archived else None
-        experiment.save(update_fields=["archived_at"])
-        audit_record(actor=actor, workspace=experiment.workspace,
-                     action="experiment.archive" if archived else "experiment.unarchive", target_type="experiment",
-                     target_id=experiment.pk, target_label=experiment.key, before={"archived": before is not None},
-                     after={"archived": archived})
+    archived_set(actor=actor, obj=experiment, kind="experiment", label=experiment.key, archived=archived)
     return experiment
 
 
