@@ -48,10 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--opd-steps", type=int, default=8)
     parser.add_argument("--rl-cases", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1, help="SFT passes over the data")
+    parser.add_argument("--grad-accumulation", type=int, default=4, help="SFT rows per optimizer step")
+    parser.add_argument("--eval-workers", type=int, default=2, help="arms judged at once, beside training")
+    parser.add_argument("--parallel-training", action="store_true",
+                        help="train Fixed-SFT in a second process beside the HAT pipeline")
     parser.add_argument("--ifeval", type=int, default=0, help="IFEval prompts (0: all)")
-    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--lr", type=float, default=2e-4, help="SFT learning rate (LoRA; use ~5e-5 for full)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
+    parser.add_argument("--engine", choices=("", "llama.cpp", "transformers"), default="",
+                        help="eval engine (default: llama.cpp on cpu, transformers on cuda)")
+    parser.add_argument("--finetune", choices=("full", "lora"), default="lora")
+    parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)
     parser.add_argument("--workdir", default="var/hat-experiment")
@@ -62,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
                               rl_steps=args.steps, opd_steps=args.opd_steps, rl_cases=args.rl_cases,
                               sft_epochs=args.epochs, ifeval=args.ifeval, learning_rate=args.lr,
                               max_new_tokens=args.max_new_tokens, seed=args.seed, heldout_seed=args.heldout_seed,
-                              workdir=args.workdir, device=args.device)
+                              workdir=args.workdir, device=args.device, engine=args.engine,
+                              finetune=args.finetune, lora_r=args.lora_r,
+                              grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
+                              parallel_training=args.parallel_training)
     result = run_experiment(config, PrintReporter())
     result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}

@@ -151,6 +151,8 @@ else:
 # Model backends (serving/backends). `local` is the offline SmolLM2 model; `openai` any
 # OpenAI-compatible server such as vLLM; `scripted` is for tests and refused in production.
 MODEL_BACKEND = env("HARNESSOPS_MODEL_BACKEND", "openai" if PRODUCTION else "local")
+# A GGUF for the `local` backend; unset: the embedded trained default if built (make run), else base SmolLM2.
+LOCAL_MODEL = env("HARNESSOPS_LOCAL_MODEL", None)
 # The model behind the evolution proposer harness (a backend name, e.g. openai); empty: offline rules only.
 EVOLUTION_PROPOSER = env("HARNESSOPS_EVOLUTION_PROPOSER", "")
 OPENAI_BASE_URL = env("HARNESSOPS_OPENAI_BASE_URL", None)

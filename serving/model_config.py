@@ -48,4 +48,16 @@ def backend_for(name: str | None = None, *, workspace=None) -> ModelBackend:
             raise ImproperlyConfigured("Set HARNESSOPS_OPENAI_BASE_URL to use the openai backend (e.g. vLLM).")
         return create_backend("openai", base_url=settings.OPENAI_BASE_URL, model=settings.OPENAI_MODEL,
                               api_key=settings.OPENAI_API_KEY, timeout_s=settings.OPENAI_TIMEOUT_S)
+    if name == "local":
+        return create_backend("local", model_path=local_model_path())
     return create_backend(name)
+
+
+def local_model_path():
+    """What the `local` backend serves: HARNESSOPS_LOCAL_MODEL when set, else the embedded harness-aware
+    default once `manage.py build_default_model` has built it, else (None) the base SmolLM2 GGUF."""
+    if settings.LOCAL_MODEL:
+        return settings.LOCAL_MODEL
+    from training.default_model import built_path
+
+    return built_path(settings.VAR_DIR)

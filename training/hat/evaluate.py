@@ -1,8 +1,11 @@
 """Scoring a model directory for the HAT reproduction: agent turns judged by the reference judge, IFEval.
 
-- `GreedyBackend`: a `ModelBackend` over a transformers model, greedy decoding, prompts rendered
-  exactly as the local backend serves them (`render_chatml`, Hermes tool calls) — the format the SFT
-  data was trained in.
+- `eval_backend(model_dir, engine=...)`: the model as a `ModelBackend`. `llama.cpp` (CPU): the model
+  directory exported to a Q8_0 GGUF (`training.gguf_export`) and served by the product's own `local`
+  backend, which reuses the common prompt prefix between calls; `transformers` (GPU, or models
+  llama.cpp cannot load): `GreedyBackend`. Both render prompts exactly as the served format
+  (`render_chatml`, Hermes tool calls), the format the SFT data was trained in, and decode greedily.
+- `Capped`: bounds every agent call's new tokens (a CPU-time bound, recorded in the report's config).
 - `judge_turns(model, items)`: each (case, harness) runs through `harness.runtime.run_turn` in the
   simulator's sandbox (no injected faults) and is graded by `evaluation.judges.reference`.
 - `ifeval_scores(model, records)`: the model answers each prompt as a plain chat; the official
@@ -36,8 +39,8 @@ class GreedyBackend:
 
     name = "hat-eval"
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int):
-        self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
+    def __init__(self, model: Any, tokenizer: Any):
+        self.model, self.tokenizer = model, tokenizer
         self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
 
     def generate(self, prompt: str, max_new_tokens: int) -> str:
@@ -50,11 +53,41 @@ class GreedyBackend:
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
                        temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
-        text = await asyncio.to_thread(self.generate, render_chatml(messages, tools), min(max_tokens,
-                                                                                           self.max_new_tokens))
+        text = await asyncio.to_thread(self.generate, render_chatml(messages, tools), max_tokens)
         content, calls = parse_tool_calls(text) if tools else (text.strip(), ())
         return ModelResponse(content=content, tool_calls=calls, tokens_in=0, tokens_out=0,
                              finish_reason="tool_calls" if calls else "stop")
+
+
+class Capped:
+    """A backend whose every call decodes at most `max_new_tokens` (the agent turns' CPU-time bound)."""
+
+    def __init__(self, inner: Any, max_new_tokens: int):
+        self.inner, self.max_new_tokens = inner, max_new_tokens
+        self.name = getattr(inner, "name", "eval")
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
+                       temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
+        return await self.inner.complete(messages, tools, max_tokens=min(max_tokens, self.max_new_tokens),
+                                         temperature=temperature, tool_choice=tool_choice)
+
+
+def eval_backend(model_dir: str, *, engine: str, device: str = "cpu", threads: int | None = None) -> Any:
+    """The model directory as a greedy `ModelBackend` on the chosen engine (module docstring)."""
+    if engine == "llama.cpp":
+        from pathlib import Path
+
+        from serving.backends.local import LocalBackend
+        from training.base_models import gguf_path
+        from training.gguf_export import export_gguf
+
+        target = Path(model_dir) / "model.q8_0.gguf"
+        if not target.is_file():
+            export_gguf(model_dir, target, template=gguf_path())
+        return LocalBackend(target, n_ctx=4096, n_threads=threads)
+    if engine == "transformers":
+        return GreedyBackend(*load_for_eval(model_dir, device=device))
+    raise ValueError(f"engine must be llama.cpp or transformers, not {engine!r}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +111,7 @@ def load_for_eval(model_dir: str, *, device: str = "cpu") -> tuple[Any, Any]:
     return model, load_tokenizer(model_dir)
 
 
-def judge_turns(backend: GreedyBackend, items: Sequence[tuple[Case, HarnessSpec]], *, deadline_s: float,
+def judge_turns(backend: Any, items: Sequence[tuple[Case, HarnessSpec]], *, deadline_s: float,
                 label: str) -> list[TurnScore]:
     """Every (case, harness) answered once and judged (failures are failed answers, never skipped)."""
     scores = []
@@ -94,13 +127,13 @@ def judge_turns(backend: GreedyBackend, items: Sequence[tuple[Case, HarnessSpec]
     return scores
 
 
-def ifeval_scores(backend: GreedyBackend, records: Sequence[Mapping[str, Any]], *, max_new_tokens: int) -> list[int]:
+def ifeval_scores(backend: Any, records: Sequence[Mapping[str, Any]], *, max_new_tokens: int) -> list[int]:
     """1 per record whose every instruction the response follows (prompt-level strict), else 0."""
     out = []
     for record in records:
-        prompt = render_chatml([{"role": "user", "content": record["prompt"]}])
-        response = backend.generate(prompt, max_new_tokens).strip()
-        out.append(int(check_record(record, response).prompt_strict))
+        response = asyncio.run(backend.complete([{"role": "user", "content": record["prompt"]}], [],
+                                                max_tokens=max_new_tokens))
+        out.append(int(check_record(record, response.content.strip()).prompt_strict))
     return out
 
 

