@@ -23,6 +23,7 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	HARNESSOPS_URL=http://$(HOST):$(PORT) $(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py build_default_model  # once per adapter: merge + GGUF export, ~1 min
 	HARNESSOPS_WARM_MODEL=1 $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 seed: install

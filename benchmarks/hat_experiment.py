@@ -64,8 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout-seed", type=int, default=1301)
     parser.add_argument("--workdir", default="var/hat-experiment")
     parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction.json"))
+    parser.add_argument("--notes", help="a Markdown file appended to the page (the reading of the figures)")
+    parser.add_argument("--render-only", action="store_true",
+                        help="re-render --out-md from --out-json (e.g. with new --notes), without running")
     parser.add_argument("--out-md", default=str(ROOT / "docs" / "hat-reproduction.md"))
     args = parser.parse_args(argv)
+    if args.render_only:
+        result = json.loads(Path(args.out_json).read_text(encoding="utf-8"))
+        notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
+        Path(args.out_md).write_text(render_markdown(result, notes), encoding="utf-8")
+        return 0
     config = ExperimentConfig(model=args.model, cases=args.cases, train_examples=args.train_examples,
                               rl_steps=args.steps, opd_steps=args.opd_steps, rl_cases=args.rl_cases,
                               sft_epochs=args.epochs, ifeval=args.ifeval, learning_rate=args.lr,
@@ -78,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     Path(args.out_json).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    markdown = render_markdown(result)
+    markdown = render_markdown(result, Path(args.notes).read_text(encoding="utf-8") if args.notes else "")
     Path(args.out_md).write_text(markdown, encoding="utf-8")
     print(markdown)
     return 0

@@ -70,7 +70,7 @@ def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
     result, selection = outcome.result, outcome.selection
     body = {"reply": result.reply, "silent": result.silent, "trace_id": result.trace["trace_id"],
             "harness_version": selection.version.number, "arm": selection.arm, "latency_ms": result.latency_ms,
-            "outcome": result.outcome}
+            "outcome": result.outcome, "model": result.trace.get("model")}
     if not stream:
         return body
     return StreamingHttpResponse(_sse(result.reply, body), content_type="text/event-stream",

@@ -34,6 +34,8 @@ class ReplyOut(Schema):
     arm: str
     latency_ms: float
     outcome: str
+    model: str | None = Field(default=None, description="Which model answered: the model id the backend reports "
+                              "(the GGUF file for the local backend); null when no model was called.")
 
 
 class EventsIn(Schema):

@@ -47,6 +47,7 @@ class TraceRecorder:
             silent=silent,
             duration_ms=self.elapsed_ms(),
             model_calls=len(models),
+            model=next((s["model"] for s in models if s.get("model")), None),  # which model answered
             model_latency_ms=round(sum(s.get("latency_ms", 0.0) for s in models), 3),
             ttft_ms=next((s["ttft_ms"] for s in models if s.get("ttft_ms") is not None), None),
             tokens_in=sum(s.get("tokens_in", 0) for s in models),

@@ -16,7 +16,25 @@ def _ci(pair: list[float]) -> str:
     return f"[{_pct(pair[0])}, {_pct(pair[1])}]"
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def _tuning_line(config: dict[str, Any]) -> str:
+    how = (f"LoRA r={config.get('lora_r')} on every linear layer, merged after each stage"
+           if config.get("finetune") == "lora" else "full fine-tuning")
+    return (f"- Fine-tuning: {how}; SFT learning rate {config['learning_rate']}, {config['grad_accumulation']} "
+            f"row(s) per step, {config['sft_epochs']} epoch(s); OPD {config.get('opd_learning_rate')}, "
+            f"RL {config.get('rl_learning_rate')}; device {config['device']}.")
+
+
+def _eval_line(config: dict[str, Any]) -> str:
+    engine = config.get("engine") or ("llama.cpp" if config["device"] == "cpu" else "transformers")
+    served = "each model exported to a Q8_0 GGUF and served by the `local` backend" if engine == "llama.cpp" \
+        else "transformers"
+    return (f"- Eval: greedy decoding through {engine} ({served}), at most {config['max_new_tokens']} new tokens "
+            f"per agent model call and {config['ifeval_new_tokens']} per IFEval answer; a deadline, fallback or "
+            "error is a failed answer.")
+
+
+def render_markdown(result: dict[str, Any], notes: str = "") -> str:
+    """The page; `notes` (the reading of the figures, written after the run) is appended as it is."""
     n, arms, tokens, steps = result["n"], result["arms"], result["train_tokens"], result["steps"]
     harness = result["harness"]
     lines = [
@@ -62,9 +80,16 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"({', '.join(f'{k}: {v}' for k, v in result['lineage']['excluded_eval_sets'].items())}); the pipeline's "
         "guard refuses any overlap before training, and every stage recorded `checked_disjoint`. Eval cases whose "
         f"content or normalised message occurred in training were skipped ({result['lineage']['skipped_near_duplicates']}).",
+        _tuning_line(result["config"]),
+        _eval_line(result["config"]),
+        "- Turn outcomes per arm (original + held-out): " + "; ".join(
+            f"{arm} " + ", ".join(f"{k} {v}" for k, v in arms[arm].get("outcomes", {}).items()) for arm in ARM_TITLES)
+        + ".",
         f"- Timings (s): {', '.join(f'{k} {v}' for k, v in result['timings_s'].items())}.",
         "",
         "The full per-case list of held-out edits is in `docs/hat-reproduction.json` (`heldout_edits`).",
         "",
     ]
+    if notes:
+        lines += [notes.rstrip(), ""]
     return "\n".join(lines)
