@@ -33,28 +33,32 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def manifest(adapter_dir: Path = ADAPTER_DIR) -> dict | None:
+def manifest(adapter_dir: Path | None = None) -> dict | None:
     """The committed adapter's manifest, or None when the project ships no trained default."""
+    adapter_dir = adapter_dir or ADAPTER_DIR
     path = adapter_dir / "manifest.json"
     if not (path.is_file() and (adapter_dir / ADAPTER_FILE).is_file()):
         return None
     return json.loads(path.read_text())
 
 
-def gguf_name(adapter_dir: Path = ADAPTER_DIR) -> str:
+def gguf_name(adapter_dir: Path | None = None) -> str:
+    adapter_dir = adapter_dir or ADAPTER_DIR
     return f"harnessops-default-{sha256(adapter_dir / ADAPTER_FILE)[:12]}.q8_0.gguf"
 
 
-def built_path(var_dir: Path, adapter_dir: Path = ADAPTER_DIR) -> Path | None:
+def built_path(var_dir: Path, adapter_dir: Path | None = None) -> Path | None:
     """The built GGUF of the committed adapter, if `build_default_gguf` has made it."""
+    adapter_dir = adapter_dir or ADAPTER_DIR
     if manifest(adapter_dir) is None:
         return None
     path = Path(var_dir) / "models" / gguf_name(adapter_dir)
     return path if path.is_file() else None
 
 
-def build_default_gguf(var_dir: Path, adapter_dir: Path = ADAPTER_DIR) -> Path | None:
+def build_default_gguf(var_dir: Path, adapter_dir: Path | None = None) -> Path | None:
     """Merge the committed adapter into its base and export the GGUF (skipped when already built)."""
+    adapter_dir = adapter_dir or ADAPTER_DIR
     info = manifest(adapter_dir)
     if info is None:
         return None
@@ -82,3 +86,41 @@ def build_default_gguf(var_dir: Path, adapter_dir: Path = ADAPTER_DIR) -> Path |
         export_gguf(scratch, target, template=base_gguf)
     shutil.copyfile(adapter_dir / "manifest.json", target.with_suffix(".json"))
     return target
+
+
+def package_adapter(stage_dir: Path, result: dict, arm: str, out_dir: Path = ADAPTER_DIR) -> Path:
+    """Copy a trained stage's LoRA adapter (as fp16) into `out_dir` with its manifest: the base and its
+    GGUF hash, the command and stage config that trained it, its data lineage and the arm's measured
+    scores from the HAT reproduction's result (`docs/hat-reproduction.json`)."""
+    from safetensors.numpy import load_file, save_file
+
+    from training.base_models import gguf_path
+
+    stage_dir = Path(stage_dir)
+    adapter = stage_dir / "adapter"
+    if not (adapter / ADAPTER_FILE).is_file():
+        raise DefaultModelError(f"{stage_dir} has no LoRA adapter (train with model.finetune = lora)")
+    record = json.loads((stage_dir / "result.json").read_text()) if (stage_dir / "result.json").is_file() else {}
+    scores, base = result["arms"][arm], result["arms"]["base"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {name: value.astype("float16") for name, value in load_file(str(adapter / ADAPTER_FILE)).items()}
+    save_file(tensors, str(out_dir / ADAPTER_FILE))
+    shutil.copyfile(adapter / "adapter_config.json", out_dir / "adapter_config.json")
+    info = {
+        "name": f"smollm2-135m-hat-{arm.replace('_', '-')}",
+        "about": "LoRA adapter of the HAT reproduction's best arm, served by the local backend as the "
+                 "embedded default (training/default_model.py, docs/hat-reproduction.md).",
+        "arm": arm,
+        "base": {"name": result["model"], "gguf_file": gguf_path().name, "gguf_sha256": sha256(gguf_path())},
+        "training": {"command": result.get("command", ""), "config": result.get("config", {}),
+                     "train_tokens": result.get("train_tokens", {}), "steps": result.get("steps", {})},
+        "lineage": {**result.get("lineage", {}).get("excluded_eval_sets", {}),
+                    "stage": record.get("data_lineage", {})},
+        "harness": result.get("harness", {}),
+        "metrics": {"fixed": scores["fixed"], "heldout": scores["heldout"], "ifeval": scores["ifeval"],
+                    "fixed_ci": scores["fixed_ci"], "heldout_ci": scores["heldout_ci"],
+                    "base_fixed": base["fixed"], "base_heldout": base["heldout"], "base_ifeval": base["ifeval"],
+                    "n": result["n"]},
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(info, indent=1) + "\n")
+    return out_dir

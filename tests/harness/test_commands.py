@@ -52,6 +52,8 @@ def test_seed_demo_is_idempotent(settings, tmp_path, monkeypatch):
     harness = Harness.objects.get(workspace__slug="demo", name="avatar")
     assert harness.versions.count() == 1
     assert sorted(harness.labels.values_list("name", flat=True)) == ["production", "staging"]
+    compact = Harness.objects.get(workspace__slug="demo", name="avatar-compact")
+    assert compact.versions.count() == 1 and list(compact.labels.values_list("name", flat=True)) == ["production"]
     from serving.models import Room
 
     room = Room.objects.get(room_id="demo-room")

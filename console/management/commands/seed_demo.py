@@ -38,6 +38,14 @@ class Command(BaseCommand):
                 for label in ("production", "staging"):
                     services.label_move(actor=actor, harness=harness, name=label, version=harness.head,
                                         reason="Initial demo release")
+            if not Harness.objects.filter(workspace=workspace, name="avatar-compact").exists():
+                # The compact avatar the embedded default model was trained on (docs/hat-reproduction.md):
+                # pick it in the playground to see that model answer.
+                compact = services.harness_create(actor=actor, workspace=workspace, name="avatar-compact",
+                                                  files=read_dir(DEMO_DIR / "compact"),
+                                                  message="Compact demo avatar (the embedded model's training harness)")
+                services.label_move(actor=actor, harness=compact, name="production", version=compact.head,
+                                    reason="Initial demo release")
             room_upsert(workspace=workspace, context=json.loads((DEMO_DIR / "room.json").read_text()),
                         harness=Harness.objects.get(workspace=workspace, name="avatar"))
         harness = Harness.objects.get(workspace=workspace, name="avatar")

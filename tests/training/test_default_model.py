@@ -1,0 +1,94 @@
+"""The embedded-default machinery: a LoRA adapter with its manifest builds (merged, exported) into a GGUF
+once, the `local` backend serves it, and a base other than the manifest's is refused.
+
+The adapter here is made in the test on a tiny random model of SmolLM2's architecture (seconds); whether
+the project commits a trained adapter is decided by the HAT reproduction (docs/hat-reproduction.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training.base_models import TINY, gguf_path, materialize_base, model_cache
+from training.default_model import (
+    ADAPTER_FILE,
+    DefaultModelError,
+    build_default_gguf,
+    built_path,
+    gguf_name,
+    manifest,
+    sha256,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter(tmp_path_factory):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    directory = tmp_path_factory.mktemp("adapter")
+    base = AutoModelForCausalLM.from_pretrained(materialize_base(TINY, model_cache(), seed=0), dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                            init_lora_weights=False))  # non-zero: merging must change weights
+    model.save_pretrained(directory)
+    (directory / "manifest.json").write_text(json.dumps({
+        "name": "tiny-test", "base": {"name": TINY, "gguf_file": gguf_path().name,
+                                      "gguf_sha256": sha256(gguf_path())}}))
+    return directory
+
+
+def test_no_adapter_means_no_default(tmp_path):
+    assert manifest(tmp_path) is None
+    assert build_default_gguf(tmp_path / "var", tmp_path) is None
+    assert built_path(tmp_path / "var", tmp_path) is None
+
+
+def test_the_adapter_builds_once_into_a_gguf_the_local_backend_serves(tmp_path, tiny_adapter):
+    import asyncio
+
+    from serving.backends.local import LocalBackend
+
+    assert built_path(tmp_path, tiny_adapter) is None
+    path = build_default_gguf(tmp_path, tiny_adapter)
+    assert path.name == gguf_name(tiny_adapter) == f"harnessops-default-{sha256(tiny_adapter / ADAPTER_FILE)[:12]}.q8_0.gguf"
+    assert built_path(tmp_path, tiny_adapter) == path
+    assert json.loads(path.with_suffix(".json").read_text())["name"] == "tiny-test"
+    modified = path.stat().st_mtime_ns
+    assert build_default_gguf(tmp_path, tiny_adapter) == path and path.stat().st_mtime_ns == modified  # once
+
+    response = asyncio.run(LocalBackend(path, n_ctx=512, n_threads=1).complete(
+        [{"role": "user", "content": "hi"}], [], max_tokens=4))
+    assert response.raw["model"] == path.name and response.tokens_out >= 1
+
+
+def test_a_base_other_than_the_manifests_is_refused(tmp_path, tiny_adapter):
+    import shutil
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(tiny_adapter, adapter)
+    info = json.loads((adapter / "manifest.json").read_text())
+    info["base"]["gguf_sha256"] = "0" * 64
+    (adapter / "manifest.json").write_text(json.dumps(info))
+    with pytest.raises(DefaultModelError, match="SHA-256 differs"):
+        build_default_gguf(tmp_path / "var", adapter)
+    assert not (tmp_path / "var" / "models").exists() or not list((tmp_path / "var" / "models").iterdir())
+
+
+def test_the_local_backend_serves_the_built_default(settings, tmp_path, tiny_adapter, monkeypatch):
+    from serving import model_config
+    from training import default_model
+
+    settings.VAR_DIR = tmp_path
+    settings.LOCAL_MODEL = None
+    monkeypatch.setattr(default_model, "ADAPTER_DIR", tiny_adapter)
+    assert model_config.local_model_path() is None  # not built yet: the base model
+    path = build_default_gguf(tmp_path, tiny_adapter)
+    assert model_config.local_model_path() == path
+    assert model_config.backend_for("local").model_path == path
+    settings.LOCAL_MODEL = "/models/other.gguf"
+    assert model_config.local_model_path() == "/models/other.gguf"
