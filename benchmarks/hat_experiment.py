@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1, help="SFT passes over the data")
     parser.add_argument("--grad-accumulation", type=int, default=4, help="SFT rows per optimizer step")
     parser.add_argument("--eval-workers", type=int, default=2, help="arms judged at once, beside training")
+    parser.add_argument("--eval-limit", type=int, default=0,
+                        help="judge only the first N eval cases (0: all); the training exclusions cover all --cases")
     parser.add_argument("--parallel-training", action="store_true",
                         help="train Fixed-SFT in a second process beside the HAT pipeline")
     parser.add_argument("--ifeval", type=int, default=0, help="IFEval prompts (0: all)")
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                               workdir=args.workdir, device=args.device, engine=args.engine,
                               finetune=args.finetune, lora_r=args.lora_r,
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
+                              eval_limit=args.eval_limit,
                               parallel_training=args.parallel_training)
     result = run_experiment(config, PrintReporter())
     result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))

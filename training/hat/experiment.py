@@ -72,6 +72,7 @@ class ExperimentConfig:
     device: str = "cpu"                 # cpu (fp32) or cuda: training (model.device) and eval alike
     engine: str = ""                    # eval engine: llama.cpp | transformers ("" = llama.cpp on cpu)
     eval_workers: int = 2               # arms judged at once, beside training
+    eval_limit: int = 0                 # judge only the first N eval cases (0: all); exclusions still cover all
     parallel_training: bool = False     # Fixed-SFT in a second process beside the HAT pipeline
     eval_threads: int = 1               # llama.cpp threads per judged arm
     workdir: str = "var/hat-experiment"
@@ -243,16 +244,18 @@ def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str
     engine = config.engine or ("llama.cpp" if config.device == "cpu" else "transformers")
     served = eval_backend(model_dir, engine=engine, device=config.device, threads=config.eval_threads)
     backend = Capped(served, config.max_new_tokens)
-    fixed = judge_turns(backend, [(case, data.spec) for case in data.eval_cases], deadline_s=config.eval_deadline_s,
+    limit = config.eval_limit or len(data.eval_cases)
+    fixed = judge_turns(backend, [(case, data.spec) for case in data.eval_cases[:limit]],
+                        deadline_s=config.eval_deadline_s,
                         label=f"{label}:fixed")
-    held = judge_turns(backend, [(v.case, v.spec) for v in data.heldout], deadline_s=config.eval_deadline_s,
+    held = judge_turns(backend, [(v.case, v.spec) for v in data.heldout[:limit]], deadline_s=config.eval_deadline_s,
                        label=f"{label}:heldout")
     ifeval = ifeval_scores(served, data.ifeval, max_new_tokens=config.ifeval_new_tokens)
     fixed_acc, held_acc = [s.accuracy for s in fixed], [s.accuracy for s in held]
     outcomes: dict[str, int] = {}
     for score in (*fixed, *held):
         outcomes[score.outcome] = outcomes.get(score.outcome, 0) + 1
-    return {"model_dir": model_dir,
+    return {"model_dir": model_dir, "n": {"fixed": len(fixed), "heldout": len(held), "ifeval": len(ifeval)},
             "fixed": round(mean(fixed_acc), 4), "heldout": round(mean(held_acc), 4), "ifeval": round(mean(ifeval), 4),
             "fixed_ci": bootstrap_ci(fixed_acc, seed=config.seed),
             "heldout_ci": bootstrap_ci(held_acc, seed=config.seed + 1),
@@ -318,7 +321,8 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
     hat_results = results["hat"]
     return {
         "model": config.base,
-        "n": {"fixed": len(data.eval_cases), "heldout": len(data.heldout), "ifeval": len(data.ifeval)},
+        # n: the smallest per-arm sample (each arm's own is in arms[arm]["n"])
+        "n": {key: min(arms[arm]["n"][key] for arm in ARMS) for key in ("fixed", "heldout", "ifeval")},
         "arms": arms,
         "train_tokens": {"fixed_sft": split["fixed_tokens"], "hsa_sft": split["hsa_tokens"],
                          "fixed_sft_rows": split["fixed_rows"], "hsa_sft_rows": split["hsa_rows"],
@@ -408,7 +412,11 @@ class ArmEvaluations:
     def _evaluate(self, arm: str, model_dir: str) -> dict[str, Any]:
         saved = self.directory / f"{arm}.json"
         if saved.is_file() and json.loads(saved.read_text())["model_dir"] == model_dir:
-            return json.loads(saved.read_text())
+            scores = json.loads(saved.read_text())
+            # scores kept before per-arm n was recorded were judged on every drawn case
+            scores.setdefault("n", {"fixed": len(self.data.eval_cases), "heldout": len(self.data.heldout),
+                                    "ifeval": len(self.data.ifeval)})
+            return scores
         t0 = time.monotonic()
         self.reporter.line(f"hat: evaluating {arm}")
         scores = _arm_scores(model_dir, self.data, self.config, arm)

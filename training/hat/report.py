@@ -50,12 +50,13 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
         "Accuracy in % (reference judge; IFEval prompt-level strict), 95% bootstrap CI in brackets; Δ = held-out − "
         "original.",
         "",
-        "| arm | original | held-out | Δ | IFEval | eff. orig / held-out |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| arm | n | original | held-out | Δ | IFEval | eff. orig / held-out |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for arm, title in ARM_TITLES.items():
         a = arms[arm]
-        lines.append(f"| {title} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
+        arm_n = a.get("n", n)
+        lines.append(f"| {title} | {arm_n['fixed']} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
                      f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} "
                      f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} |")
     disjoint = result["lineage"]["disjoint"]
