@@ -155,35 +155,9 @@ def test_the_model_proposer_runs_inside_the_diagnosis(settings, workspace, harne
     assert made.exists() and all(p.valid and p.target == path for p in made), list(made.values("errors"))
     assert made.count() <= services.MODEL_PROPOSALS_PER_DIAGNOSIS
     assert diagnosis.proposals.filter(generator__startswith="rules:").exists()  # both generators, told apart
-
-
-def test_the_offline_model_proposer_inside_a_diagnosis_never_yields_a_malformed_candidate(
-        monkeypatch, workspace, harness, members, finished_run):
-    """The embedded SmolLM2 as the proposer: the diagnosis still finishes, says what the proposer did, and
-    nothing it wrote becomes a candidate unless it passed the diff form and every validation check."""
-    from django.test import Client
-
-    monkeypatch.setattr(services, "MODEL_PROPOSALS_PER_DIAGNOSIS", 1)  # one proposer run: the model is slow here
-    diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
-                                         run=finished_run, created_by="t", config={"proposer": "local"})
-    assert services.diagnosis_execute(diagnosis_id=diagnosis.pk) == "done"
     diagnosis.refresh_from_db()
-    [run] = diagnosis.summary["proposer_runs"]
-    assert run["model"] == "local" and run["model_calls"] >= 1
-    made = list(diagnosis.proposals.filter(generator__startswith="proposer:"))
-    assert len(made) == (run["outcome"] == "replied")
-    for proposal in made:  # its answer passed the diff form; validation then judged the edit
-        assert proposal.diff.startswith(("--- a/", "--- /dev/null")) and proposal.generator.endswith("/local")
-        if proposal.valid:
-            assert proposal.diff and not proposal.errors
-        else:
-            with pytest.raises(services.EvolutionError, match="not a candidate"):
-                services.proposal_accept(actor=Actor.for_user(members["operator"]), proposal=proposal)
-    assert diagnosis.proposals.filter(generator__startswith="rules:").exists()  # the rule catalogue still ran
-    client = Client()
-    client.force_login(members["viewer"])
-    page = client.get(f"/w/acme/evolution/diagnoses/{diagnosis.pk}/").content.decode()
-    assert 'id="proposer-runs"' in page and run["cluster"] in page
+    runs = diagnosis.summary["proposer_runs"]
+    assert len(runs) == made.count() and all(r["outcome"] == "replied" and r["model"] == "scripted" for r in runs)
 
 
 def test_weak_judge_calibration_flags_a_category(monkeypatch, workspace, harness, members, finished_run):

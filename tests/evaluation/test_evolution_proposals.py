@@ -262,3 +262,25 @@ def test_a_proposer_that_never_answers_in_form_proposes_nothing(spec):
     fields, diff = parse_answer("HYPOTHESIS: h\nRATIONALE: r\nEVIDENCE: a\n```diff\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b")
     assert fields == {"hypothesis": "h", "rationale": "r", "evidence": "a"} and diff.endswith("+b\n")
 
+
+@pytest.mark.timeout(900)  # the real model on a shared 2-core machine: minutes, not seconds
+def test_the_embedded_offline_model_as_proposer_fails_safely(spec):
+    """SmolLM2-135M (the offline default) run as the proposer: whatever it writes, no malformed proposal comes
+    out: either its answer passed the diff form (validation then judges the edit) or there is no proposal."""
+    from serving.backends import create_backend
+
+    records = [denied_link(i) for i in range(3)]
+    [cluster] = cluster_failures(records, spec).clusters
+    # The proposer harness as shipped, with a tighter budget so the test stays short on a loaded CPU.
+    light = dataclasses.replace(proposer_spec(), settings=dataclasses.replace(
+        proposer_spec().settings, max_turns=3, max_hook_retries=1, deadline_s=60))
+    proposer = HarnessProposer(lambda: create_backend("local"), spec=light)
+    proposal = asyncio.run(proposer(cluster, {r.case_id: r for r in records}, spec))
+    [run] = proposer.runs
+    print("offline proposer run:", run)
+    assert run["model"] == "local" and run["model_calls"] >= 1
+    if proposal is None:
+        assert run["outcome"] != "replied"  # the form hooks refused its answers, or the turn ran out
+    else:
+        assert run["outcome"] == "replied" and proposal.diff.startswith(("--- a/", "--- /dev/null"))
+        assert proposal.generator.endswith("/local")
