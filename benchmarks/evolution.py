@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluation.evolution.diagnosis import diagnose  # noqa: E402
-from evaluation.evolution.patches import apply_diff  # noqa: E402
+from evaluation.evolution.patches import apply_onto  # noqa: E402
 from evaluation.evolution.signatures import CaseRecord  # noqa: E402
 from evaluation.execution import evaluate_case  # noqa: E402
 from evaluation.judges.reference import judge_reference  # noqa: E402
@@ -232,14 +232,14 @@ def main() -> None:
         round_started = time.perf_counter()
         result = diagnose(records(cases, current), spec, gains=gains, rejected=rejected)
         valid = [p for p in result.proposals if p.valid]
-        files = __import__("harness.spec", fromlist=["to_files"]).to_files(spec)
-        accepted = []
+        base = __import__("harness.spec", fromlist=["to_files"]).to_files(spec)
+        files, accepted = dict(base), []
         for proposal in valid:
-            try:
-                files = apply_diff(files, proposal.diff)
+            try:  # combined as round_create does: merged three-way with the edits accepted before it
+                files = apply_onto(base, files, proposal.diff)
                 accepted.append(proposal)
             except ValueError:
-                continue  # conflicts with an edit accepted before it in this round
+                continue  # changes the same lines as an edit accepted before it in this round
         if not accepted:
             print(f"| {round_number} | (no valid proposal) | | | {len(result.clustering.clusters)} | "
                   f"{len(result.clustering.noise)} | {len(result.proposals)} / 0 / 0 | | "

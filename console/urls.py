@@ -83,5 +83,6 @@ urlpatterns = [
     path(h + "edit/<str:action>/", harness.harness_draft_action, name="harness_draft_action"),
     path(h + "labels/move/", harness.label_move, name="label_move"),
     path(h + "evolution/", evolution.evolution_history, name="evolution_history"),
+    path(h + "evolution/diagnose-live/", evolution.live_diagnosis_request, name="evolution_diagnose_live"),
     path(h + "labels/<ident:label>/rollback/", harness.label_rollback, name="label_rollback"),
 ]

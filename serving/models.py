@@ -76,6 +76,7 @@ class Trace(models.Model):
     judge_accuracy = models.FloatField(null=True, blank=True, help_text="live-traffic judge, when sampled")
     judge_effectiveness = models.FloatField(null=True, blank=True)
     judge_version = models.CharField(max_length=100, blank=True)
+    judge_reasons = models.JSONField(default=list, blank=True, help_text="the live judge's reasons for its scores")
     data = models.JSONField()
     created_at = models.DateTimeField(db_index=True)
 

@@ -27,7 +27,8 @@ def judge_live_trace(trace_id: str) -> str:
     # An abstention keeps the scores null (judged, no verdict): guardrails count it apart, never as a 0.
     Trace.objects.filter(pk=trace.pk).update(judge_accuracy=verdict.accuracy,
                                              judge_effectiveness=verdict.effectiveness,
-                                             judge_version=verdict.judge[:100])
+                                             judge_version=verdict.judge[:100],
+                                             judge_reasons=[str(r)[:1000] for r in verdict.reasons][:20])
     from serving.experiments.services import experiment_key_of
 
     experiment = Experiment.objects.filter(workspace=trace.workspace, key=experiment_key_of(trace.arm)).first()

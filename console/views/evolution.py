@@ -1,5 +1,6 @@
 """Console pages for harness evolution: the review queue of a diagnosis, rounds, and history per harness."""
 
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -13,6 +14,7 @@ from console.views.scoping import workspace_view
 from evaluation import selectors as eval_selectors
 from evaluation.evolution import selectors, services
 from evaluation.evolution.models import Round
+from evaluation.services import EvalError
 from harness import selectors as harness_selectors
 from harness.spec import SpecInvalid
 
@@ -31,9 +33,41 @@ def diagnosis_request(request, run_id: int):
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
 
 
+WINDOW_FORMAT = "%Y-%m-%dT%H:%M"  # what <input type="datetime-local"> sends; read as UTC
+
+
+def _window_time(value: str, field: str) -> datetime:
+    try:
+        return datetime.strptime(value.strip(), WINDOW_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        raise services.EvolutionError(f"The window's {field} must be a date and time (YYYY-MM-DDTHH:MM, UTC).") \
+            from None
+
+
+@require_POST
+@workspace_view(WRITE)
+def live_diagnosis_request(request, name: str):
+    """Diagnose one version's live traces in a time window (those with live judge scores)."""
+    harness = harness_selectors.harness_get(request.workspace, name)
+    try:
+        number = request.POST.get("version", "")
+        if not number.isdigit():
+            raise services.EvolutionError("Choose the version whose live traffic to diagnose.")
+        version = harness_selectors.version_get(harness, int(number))
+        diagnosis = services.diagnosis_request_live(
+            actor=request.actor, harness=harness, version=version,
+            start=_window_time(request.POST.get("start", ""), "start"),
+            end=_window_time(request.POST.get("end", ""), "end"))
+    except services.EvolutionError as exc:
+        messages.error(request, str(exc))
+        return redirect("evolution_history", ws=request.workspace.slug, name=harness.name)
+    return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
+
+
 def _diagnosis_context(diagnosis) -> dict:
     return {"diagnosis": diagnosis, "review": selectors.review(diagnosis) if diagnosis.status == "done" else [],
             "round": selectors.round_of(diagnosis),
+            "eval_sets": selectors.gate_sets(diagnosis) if diagnosis.is_live else [],
             "invalid": diagnosis.proposals.filter(valid=False).select_related("cluster"),
             "accepted": diagnosis.proposals.filter(status="accepted").count()}
 
@@ -107,8 +141,13 @@ def round_evaluate(request, round_id: int):
     if evolution_round is None:
         raise Http404("No such round.")
     try:
-        services.round_evaluate(actor=request.actor, evolution_round=evolution_round)
-    except services.EvolutionError as exc:
+        set_version = None
+        if request.POST.get("set"):
+            set_name, _, number = request.POST["set"].partition("@v")
+            set_version = eval_selectors.set_version_get(request.workspace, set_name,
+                                                         int(number) if number.isdigit() else 0)
+        services.round_evaluate(actor=request.actor, evolution_round=evolution_round, set_version=set_version)
+    except (services.EvolutionError, EvalError, Http404) as exc:
         messages.error(request, str(exc))
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=evolution_round.diagnosis_id)
 
@@ -118,8 +157,13 @@ def evolution_history(request, name: str):
     """Versions with Acc/Eff per round (chart), the attribution ledger with reverts, clusters over time."""
     harness = harness_selectors.harness_get(request.workspace, name)
     history = selectors.history(harness)
+    now = datetime.now(UTC)
     return render(request, "evolution/history.html", {
-        "harness": harness, **history,
+        "harness": harness, **history, "clusters_chart": selectors.cluster_chart(harness),
+        "versions": harness_selectors.version_list(harness).order_by("-number")[:50],
+        "live": selectors.live_window_counts(harness, now),
+        "window": {"start": (now - selectors.DEFAULT_LIVE_WINDOW).strftime(WINDOW_FORMAT),
+                   "end": (now + timedelta(minutes=1)).strftime(WINDOW_FORMAT)},
         "diagnoses": selectors.diagnoses(request.workspace).filter(harness=harness)[:50],
         "chart": {"labels": [p["label"] for p in history["points"]],
                   "accuracy": [p["accuracy"] for p in history["points"]],

@@ -7,13 +7,15 @@ from console.schemas import errors
 from evaluation import selectors as eval_selectors
 from evaluation.evolution import selectors, services
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal
-from evaluation.evolution.schemas import ClusterOut, DiagnosisOut, ProposalOut, RejectIn
+from evaluation.evolution.schemas import ClusterOut, DiagnosisOut, LiveDiagnosisIn, ProposalOut, RejectIn
+from harness import selectors as harness_selectors
 
 router = Router(tags=["evolution"])
 
 
 def _diagnosis_out(d: Diagnosis) -> dict:
-    return {"id": d.pk, "harness": d.harness.name, "version": d.version.number, "run": d.run_id, "status": d.status,
+    return {"id": d.pk, "harness": d.harness.name, "version": d.version.number, "source": d.source, "run": d.run_id,
+            "window_start": d.window_start, "window_end": d.window_end, "status": d.status,
             "error": d.error, "advice": d.advice, "summary": d.summary, "created_at": d.created_at}
 
 
@@ -43,6 +45,20 @@ def request_diagnosis(request, run_id: int):
     """Queue a diagnosis (write scope): failure signatures, clusters, stop advice and proposed edits."""
     run = eval_selectors.run_get(request.workspace, run_id)
     return Status(201, _diagnosis_out(services.diagnosis_request(actor=request.actor, run=run)))
+
+
+@router.post("/harnesses/{name}/diagnoses", response={201: DiagnosisOut, **errors(400, 401, 403, 404, 422)},
+             summary="Diagnose a version's live traces in a time window")
+def request_live_diagnosis(request, name: str, payload: LiveDiagnosisIn):
+    """Queue a diagnosis (write scope) of the version's live API traces in [start, end) that carry live judge
+    scores (the live judge samples replies inside experiments, HARNESSOPS_LIVE_JUDGE_RATE).
+
+    400 when the window holds no live trace of the version, or none with a judge score, or when `start` is
+    not before `end` or the window is longer than 31 days; 404 for an unknown harness or version."""
+    harness = harness_selectors.harness_get(request.workspace, name)
+    version = harness_selectors.version_get(harness, payload.version)
+    return Status(201, _diagnosis_out(services.diagnosis_request_live(
+        actor=request.actor, harness=harness, version=version, start=payload.start, end=payload.end)))
 
 
 @router.get("/diagnoses/{diagnosis_id}", response={200: DiagnosisOut, **errors(401, 403, 404, 422)})

@@ -1,11 +1,13 @@
 """Diagnoses of eval runs, their failure clusters, proposed edits with the operator's decisions, and rounds.
 
-A Diagnosis reads one finished run of one harness version. Its Clusters keep a `cluster_id` that is stable
+A Diagnosis reads one harness version's failures: a finished eval run (per-case verdicts, reasons, traces),
+or a window of its live traces that carry live judge scores (`source` says which). Its Clusters keep a `cluster_id` that is stable
 across diagnoses of the same harness (the console follows a cluster shrinking or coming back). A Proposal is
 one generator's edit for a cluster, kept even when invalid (with its errors); the operator accepts, edits or
 rejects it (with a reason, which later diagnoses read). A Round turns the accepted edits of one diagnosis
 into one candidate version (authored by the AI, approved by the person), evaluated and gated against the
-diagnosed version.
+diagnosed version (its `baseline` run: the diagnosed run, or for a live diagnosis a dev-set run of the
+diagnosed version).
 """
 
 from django.db import models
@@ -22,10 +24,17 @@ class Diagnosis(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    class Source(models.TextChoices):
+        RUN = "run"  # one finished eval run
+        LIVE = "live"  # live traces of the version in [window_start, window_end) with live judge scores
+
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="diagnoses")
     harness = models.ForeignKey(Harness, on_delete=models.CASCADE, related_name="diagnoses")
     version = models.ForeignKey(HarnessVersion, on_delete=models.PROTECT, related_name="diagnoses")
-    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="diagnoses")
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.RUN)
+    run = models.ForeignKey(EvalRun, null=True, blank=True, on_delete=models.CASCADE, related_name="diagnoses")
+    window_start = models.DateTimeField(null=True, blank=True, help_text="live: first instant of the window")
+    window_end = models.DateTimeField(null=True, blank=True, help_text="live: end of the window (exclusive)")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     error = models.TextField(blank=True)
     config = models.JSONField(default=dict, help_text="the resolved DiagnosisConfig and proposer settings")
@@ -37,9 +46,19 @@ class Diagnosis(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [models.CheckConstraint(
+            name="diagnosis_reads_a_run_or_a_window",
+            condition=models.Q(source="run", run__isnull=False)
+            | models.Q(source="live", run__isnull=True, window_start__isnull=False, window_end__isnull=False))]
+
+    @property
+    def is_live(self) -> bool:
+        return self.source == self.Source.LIVE
 
     def __str__(self) -> str:
-        return f"diagnosis {self.pk} of {self.harness.name}@v{self.version.number} (run {self.run_id})"
+        what = f"live traces {self.window_start:%Y-%m-%d %H:%M}–{self.window_end:%Y-%m-%d %H:%M} UTC" \
+            if self.is_live else f"run {self.run_id}"
+        return f"diagnosis {self.pk} of {self.harness.name}@v{self.version.number} ({what})"
 
 
 class Cluster(models.Model):
@@ -104,6 +123,8 @@ class Round(models.Model):
     approved_by = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFTED)
     error = models.TextField(blank=True)
+    baseline = models.ForeignKey(EvalRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                 help_text="the diagnosed version's run the gate compares against")
     run = models.ForeignKey(EvalRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     comparison = models.ForeignKey(RunComparison, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     attribution = models.JSONField(default=dict, help_text="per proposal: fixed and regressed case ids; fix rate")

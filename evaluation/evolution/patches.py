@@ -8,6 +8,7 @@ exactly where the hunk says (no fuzz), so a diff that does not fit its base is r
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -145,6 +146,54 @@ def apply_diff(files: Mapping[str, str], diff: str) -> dict[str, str]:
         if patch.old_path != patch.new_path and patch.old_path != NO_FILE:
             result.pop(patch.old_path, None)
         result[patch.new_path] = text
+    return result
+
+
+def merge_text(base: str, ours: str, theirs: str, *, path: str = "") -> str:
+    """Three-way line merge of two edits of `base`; PatchError when both change the same or adjacent lines
+    (identical changes are taken once)."""
+    lines = base.split("\n")
+
+    def changes(new: str) -> list[tuple[int, int, tuple[str, ...]]]:
+        matcher = difflib.SequenceMatcher(None, lines, new.split("\n"), autojunk=False)
+        other = new.split("\n")
+        return [(i1, i2, tuple(other[j1:j2])) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+    mine, yours = changes(ours), changes(theirs)
+    merged = sorted(set(mine) | set(yours))
+    for a, b in itertools.pairwise(merged):
+        if b[0] <= a[1]:  # overlapping, touching, or two insertions at one place
+            first, last = a[0] + 1, max(a[1], b[1], a[0] + 1)
+            raise PatchError(f"{path or 'file'}: both edits change line{'s' if last > first else ''} "
+                             f"{first}{f'–{last}' if last > first else ''} of the diagnosed version")
+    out, position = [], 0
+    for start, end, replacement in merged:
+        out.extend(lines[position:start])
+        out.extend(replacement)
+        position = end
+    out.extend(lines[position:])
+    return "\n".join(out)
+
+
+def apply_onto(base: Mapping[str, str], current: Mapping[str, str], diff: str) -> dict[str, str]:
+    """Apply `diff`, written against `base`, onto `current` (base plus other edits): the diff is applied to
+    `base` strictly, then each file it changes is merged three-way with `current`. PatchError when it does
+    not fit its base or when it and the other edits change the same lines (a real conflict)."""
+    edited = apply_diff(base, diff)
+    result = dict(current)
+    for path in sorted(base.keys() | edited.keys()):
+        if edited.get(path) == base.get(path):
+            continue
+        if current.get(path) == base.get(path):
+            new = edited.get(path)
+        elif path in base and path in edited and path in current:
+            new = merge_text(base[path], current[path], edited[path], path=path)
+        else:
+            raise PatchError(f"{path}: created or deleted by one edit and changed by another")
+        if new is None:
+            result.pop(path, None)
+        else:
+            result[path] = new
     return result
 
 

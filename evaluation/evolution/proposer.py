@@ -67,6 +67,7 @@ class HarnessProposer:
         self.make_backend = backend
         self.spec = spec or proposer_spec()
         self.rejections = [r for r in rejections if r][-5:]  # operators' reasons for earlier rejected edits
+        self.runs: list[dict[str, Any]] = []  # one entry per call: what the turn did, shown with the diagnosis
 
     def tools(self, cluster: FailureCluster, records: Mapping[str, CaseRecord], target: HarnessSpec) -> ToolRegistry:
         files = to_files(target)
@@ -120,9 +121,14 @@ class HarnessProposer:
             close = getattr(backend, "aclose", None)
             if close is not None:
                 await close()
+        steps = result.trace.get("steps", ())
+        self.runs.append({"cluster": cluster.cluster_id, "model": model, "outcome": result.outcome,
+                          "reason": str(result.trace.get("reason") or "")[:300],
+                          "model_calls": sum(1 for s in steps if s.get("kind") == "model"),
+                          "sent_back": sum(1 for s in steps if s.get("kind") == "retry")})
         if result.outcome != "replied":
             return None  # the hooks refused every answer: no proposal rather than a malformed one
-        models = [s for s in result.trace.get("steps", ()) if s.get("kind") == "model"]
+        models = [s for s in steps if s.get("kind") == "model"]
         finish = str(models[-1].get("finish_reason") or "stop") if models else "stop"
         fields, diff = parse_answer(result.reply)
         paths = re.findall(r"^\+\+\+ b/(\S+)", diff, re.M)

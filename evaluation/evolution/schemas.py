@@ -6,11 +6,20 @@ from ninja import Schema
 from pydantic import Field
 
 
+class LiveDiagnosisIn(Schema):
+    version: int = Field(ge=1, le=2_147_483_647, description="The harness version whose live traces are diagnosed.")
+    start: datetime = Field(description="Start of the window (inclusive); a time without a zone is UTC.")
+    end: datetime = Field(description="End of the window (exclusive), at most 31 days after `start`.")
+
+
 class DiagnosisOut(Schema):
     id: int
     harness: str
     version: int
-    run: int
+    source: str = Field(description="`run`: an eval run's results; `live`: live traces with live judge scores.")
+    run: int | None = Field(description="The diagnosed eval run (null for a live diagnosis).")
+    window_start: datetime | None
+    window_end: datetime | None
     status: str
     error: str
     advice: dict

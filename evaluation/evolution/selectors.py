@@ -1,11 +1,17 @@
 """Reads for harness evolution: diagnoses with clusters and proposals, review evidence, history per harness."""
 
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q
 from django.http import Http404
 
 from console.models import Workspace
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
-from evaluation.models import EvalResult, EvalRun
+from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness.models import Harness
+
+DEFAULT_LIVE_WINDOW = timedelta(days=7)
+CHART_CLUSTERS = 10  # the clusters-over-time chart draws the largest ones; the table lists every one
 
 
 def diagnoses(workspace: Workspace):
@@ -36,13 +42,22 @@ def round_of(diagnosis: Diagnosis) -> Round | None:
     return Round.objects.filter(diagnosis=diagnosis).select_related("candidate", "run", "comparison").first()
 
 
+def representative_rows(diagnosis: Diagnosis, case_ids) -> dict:
+    """case id → the row that shows it: the run's EvalResult, or for a live diagnosis the live Trace."""
+    if diagnosis.is_live:
+        from serving.models import Trace
+
+        return {t.trace_id: t for t in Trace.objects.filter(workspace=diagnosis.workspace, trace_id__in=case_ids)}
+    return {r.case.case_id: r for r in EvalResult.objects.filter(run=diagnosis.run, case__case_id__in=case_ids)
+            .select_related("case")}
+
+
 def review(diagnosis: Diagnosis) -> list[dict]:
     """Clusters ranked by impact, each with its representative cases' evidence and its proposals."""
     clusters = list(diagnosis.clusters.all())
     wanted = {cid for c in clusters for cid in (c.data.get("centre_case"), c.data.get("boundary_case"),
                                                   *c.data.get("passing_cases", []))}
-    results = {r.case.case_id: r for r in EvalResult.objects.filter(run=diagnosis.run, case__case_id__in=wanted)
-               .select_related("case")}
+    results = representative_rows(diagnosis, wanted)
     proposals: dict[int | None, list[Proposal]] = {}
     for proposal in diagnosis.proposals.all().order_by("-valid", "id"):
         proposals.setdefault(proposal.cluster_id, []).append(proposal)
@@ -75,10 +90,14 @@ def cluster_timeline(harness: Harness) -> dict[str, list[tuple[int, int]]]:
 def history(harness: Harness) -> dict:
     """The chain of diagnosed versions and their candidates: Acc/Eff per round, ledger, clusters over time."""
     rounds = list(Round.objects.filter(harness=harness).select_related(
-        "diagnosis__version", "diagnosis__run", "candidate", "run", "comparison").order_by("created_at", "id"))
+        "diagnosis__version", "diagnosis__run", "baseline", "candidate", "run", "comparison")
+        .order_by("created_at", "id"))
     points = []
     for r in rounds:
-        baseline = r.diagnosis.run.summary.get("overall", {})
+        base_run = r.baseline or r.diagnosis.run
+        if base_run is None or base_run.status != EvalRun.Status.DONE:
+            continue  # a live diagnosis whose dev-set baseline is not evaluated yet: no point to draw
+        baseline = base_run.summary.get("overall", {})
         if not points:
             points.append({"label": f"v{r.diagnosis.version.number}", "accuracy": baseline.get("accuracy"),
                            "effectiveness": baseline.get("effectiveness")})
@@ -93,3 +112,40 @@ def history(harness: Harness) -> dict:
         entry = proposal.diagnosis.round.attribution.get("proposals", {}).get(str(proposal.pk), {})
         ledger.append({"proposal": proposal, "round": proposal.diagnosis.round, **entry})
     return {"rounds": rounds, "points": points, "ledger": ledger, "timeline": cluster_timeline(harness)}
+
+
+def cluster_chart(harness: Harness) -> dict:
+    """Cluster sizes per diagnosis of the harness (oldest first) for the chart: a cluster absent from a
+    diagnosis is 0 there (gone, or not yet seen), and the long tail (noise) is a series of its own."""
+    done = list(Diagnosis.objects.filter(harness=harness, status=Diagnosis.Status.DONE)
+                .select_related("version").order_by("created_at", "id"))
+    index = {d.pk: i for i, d in enumerate(done)}
+    sizes: dict[str, list[int]] = {}
+    for cluster_id, diagnosis_id, size in Cluster.objects.filter(diagnosis__in=done).values_list(
+            "cluster_id", "diagnosis_id", "size"):
+        sizes.setdefault(cluster_id, [0] * len(done))[index[diagnosis_id]] = size
+    largest = sorted(sizes, key=lambda c: (-max(sizes[c]), c))[:CHART_CLUSTERS]
+    return {"labels": [f"#{d.pk} v{d.version.number}{' live' if d.is_live else ''}" for d in done],
+            "series": [{"label": c, "sizes": sizes[c]} for c in largest],
+            "noise": [len(d.summary.get("noise", [])) for d in done]}
+
+
+def live_window_counts(harness: Harness, now: datetime) -> list[dict]:
+    """Per version: live API traces in the default window before `now`, and how many the live judge scored."""
+    from serving.models import Trace
+
+    rows = (Trace.objects.filter(workspace=harness.workspace, harness=harness, source=Trace.Source.API,
+                                 created_at__gte=now - DEFAULT_LIVE_WINDOW, harness_version__isnull=False)
+            .values("harness_version__number")
+            .annotate(total=Count("id"), judged=Count("id", filter=Q(judge_accuracy__isnull=False,
+                                                                      judge_effectiveness__isnull=False)))
+            .order_by("-harness_version__number"))
+    return [{"version": r["harness_version__number"], "total": r["total"], "judged": r["judged"]} for r in rows]
+
+
+def gate_sets(diagnosis: Diagnosis) -> list[EvalSetVersion]:
+    """Eval set versions a live diagnosis's candidate can be gated on (harness suites, newest first)."""
+    return list(EvalSetVersion.objects.filter(eval_set__workspace=diagnosis.workspace,
+                                               eval_set__archived_at__isnull=True)
+                .exclude(eval_set__suite="ifeval").select_related("eval_set")
+                .order_by("eval_set__name", "-number")[:100])

@@ -1,13 +1,16 @@
 """Writes for harness evolution: request and run a diagnosis, decide on proposals, rounds, reverts.
 
-The analysis itself is the pure core (diagnosis.py); this module turns rows into `CaseRecord`s and the
-version's `HarnessSpec`, and stores what comes back. Accepted edits become one candidate version whose
+The analysis itself is the pure core (diagnosis.py); this module turns rows (an eval run's results, or a
+window of live traces with live judge scores) into `CaseRecord`s and the version's `HarnessSpec`, and
+stores what comes back. Accepted edits become one candidate version whose
 author is the AI (a system actor `ai:evolution (…generators)`) and whose approval by the person is a
 separate audit event, so the audit log tells the two apart.
 """
 
 import asyncio
 import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -19,15 +22,17 @@ from console.services import audit_record
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
 from evaluation.evolution.patches import PatchError, apply_diff
 from evaluation.evolution.signatures import CaseRecord
-from evaluation.models import EvalResult, EvalRun
+from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness import selectors as harness_selectors
-from harness.models import Draft, HarnessVersion
+from harness.models import Draft, Harness, HarnessVersion
 from harness.services import version_commit
 from harness.spec import SpecInvalid, parse_files
 
 log = logging.getLogger(__name__)
 MAX_REASON = 1000
 MODEL_PROPOSALS_PER_DIAGNOSIS = 3  # the model proposer reads the top actionable clusters only
+MAX_LIVE_WINDOW = timedelta(days=31)
+MAX_LIVE_TRACES = 2000  # the most recent judged traces of a window; a bigger window is read in part (said so)
 
 
 class EvolutionError(ValueError):
@@ -53,6 +58,82 @@ def diagnosis_request(*, actor: Actor, run: EvalRun) -> Diagnosis:
                      target_id=diagnosis.pk, target_label=str(diagnosis), after={"run": run.pk})
         transaction.on_commit(lambda: enqueue(diagnose, args=[diagnosis.pk], queue="cpu"))
     return diagnosis
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment  # naive times are read as UTC
+
+
+def live_traces(version: HarnessVersion, start: datetime, end: datetime):
+    """The live traffic of one version in [start, end): API replies only (not the playground or evals)."""
+    from serving.models import Trace
+
+    return Trace.objects.filter(workspace_id=version.harness.workspace_id, harness_version=version,
+                                source=Trace.Source.API, created_at__gte=start, created_at__lt=end)
+
+
+def judged(traces):
+    """Traces the live judge scored (an abstention keeps null scores: the judge's "don't know")."""
+    return traces.filter(judge_accuracy__isnull=False, judge_effectiveness__isnull=False)
+
+
+def diagnosis_request_live(*, actor: Actor, harness: Harness, version: HarnessVersion, start: datetime,
+                           end: datetime) -> Diagnosis:
+    """Queue a diagnosis of one version's live traces in [start, end) that carry live judge scores.
+
+    Live judging samples replies of running experiments (HARNESSOPS_LIVE_JUDGE_RATE); a window with no
+    traces, or none judged, is refused with what was found, and nothing is stored."""
+    from evaluation.evolution.tasks import diagnose
+
+    require(actor, harness.workspace, WRITE)
+    if version.harness_id != harness.pk:
+        raise EvolutionError(f"v{version.number} is not a version of {harness.name}.")
+    start, end = _aware(start), _aware(end)
+    if start >= end:
+        raise EvolutionError("The window's start must be before its end.")
+    if end - start > MAX_LIVE_WINDOW:
+        raise EvolutionError(f"The window is longer than {MAX_LIVE_WINDOW.days} days: choose a shorter one.")
+    span = f"{start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC"
+    traces = live_traces(version, start, end)
+    total = traces.count()
+    if total == 0:
+        raise EvolutionError(f"No live traces of {harness.name}@v{version.number} between {span}: "
+                             "choose a window in which this version answered viewers.")
+    scored = judged(traces).count()
+    if scored == 0:
+        abstained = traces.exclude(judge_version="").count()
+        raise EvolutionError(
+            f"None of the {total} live traces of {harness.name}@v{version.number} between {span} has a live "
+            f"judge score{f' ({abstained} judged, the judge abstained)' if abstained else ''}: the live judge "
+            f"scores a sample ({settings.LIVE_JUDGE_RATE:.0%}, HARNESSOPS_LIVE_JUDGE_RATE) of the replies "
+            "served inside an experiment. Choose a longer window, or diagnose an eval run.")
+    backends = Counter(judged(traces).values_list("backend", flat=True)[:MAX_LIVE_TRACES])
+    with transaction.atomic():
+        diagnosis = Diagnosis.objects.create(
+            workspace=harness.workspace, harness=harness, version=version, source=Diagnosis.Source.LIVE,
+            window_start=start, window_end=end, created_by=actor.label,
+            config={"proposer": settings.EVOLUTION_PROPOSER or None, "backend": backends.most_common(1)[0][0]})
+        audit_record(actor=actor, workspace=harness.workspace, action="evolution.diagnose", target_type="diagnosis",
+                     target_id=diagnosis.pk, target_label=str(diagnosis),
+                     after={"live": [start.isoformat(), end.isoformat()], "traces": total, "judged": scored})
+        transaction.on_commit(lambda: enqueue(diagnose, args=[diagnosis.pk], queue="cpu"))
+    return diagnosis
+
+
+def live_records(diagnosis: Diagnosis) -> tuple[list[CaseRecord], dict]:
+    """The window's judged live traces as the pure core reads them (live traffic has no expected answer:
+    no expected skills), and counts of what was left out."""
+    traces = live_traces(diagnosis.version, diagnosis.window_start, diagnosis.window_end)
+    rows = list(judged(traces).order_by("-created_at", "-id")[:MAX_LIVE_TRACES])
+    records = [CaseRecord(case_id=t.trace_id, category="live", accuracy=t.judge_accuracy,
+                          effectiveness=t.judge_effectiveness, reasons=tuple(str(r) for r in t.judge_reasons or ()),
+                          reply=t.reply, message=t.message, trace=t.data or {})
+               for t in reversed(rows)]
+    counts = {"traces": traces.count(), "judged": len(records),
+              "abstained": traces.filter(judge_accuracy__isnull=True).exclude(judge_version="").count(),
+              "unjudged": traces.filter(judge_version="").count(),
+              "read_in_part": judged(traces).count() > MAX_LIVE_TRACES}
+    return records, counts
 
 
 def case_records(run: EvalRun) -> list[CaseRecord]:
@@ -92,24 +173,28 @@ def _history(diagnosis: Diagnosis) -> tuple[list[dict], list[float], set[str], l
 MIN_CALIBRATION_LABELS = 5  # fewer human labels than this say nothing about a category
 
 
-def category_calibration(run: EvalRun) -> dict[str, float]:
+def category_calibration(run: EvalRun | None = None, *, workspace=None, judge_versions=None,
+                         pooled_as: str = "") -> dict[str, float]:
     """Per category: Cohen's kappa of this run's judge against human labels (majority per case) on accuracy,
     over every annotated result judged by the same judge in the workspace; categories with too few labels
-    or an undefined kappa are left out."""
+    or an undefined kappa are left out. Live traffic has no category: with `pooled_as` every category's
+    labels are pooled under that one name (the judge's agreement overall)."""
     import math
     from collections import defaultdict
 
     from evaluation.metrics.agreement import cohen_kappa
 
-    judge_versions = set(run.results.values_list("judge_version", flat=True).distinct())
+    if run is not None:
+        workspace = run.workspace
+        judge_versions = set(run.results.values_list("judge_version", flat=True).distinct())
     pairs: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
-    annotated = (EvalResult.objects.filter(run__workspace=run.workspace, judge_version__in=judge_versions,
+    annotated = (EvalResult.objects.filter(run__workspace=workspace, judge_version__in=set(judge_versions or ()),
                                            annotations__isnull=False, accuracy__isnull=False)
                  .distinct().prefetch_related("annotations"))
     for result in annotated:
         values = [float(a.accuracy) for a in result.annotations.all()]
         human = max(sorted(set(values)), key=values.count)
-        judge, people = pairs[result.category]
+        judge, people = pairs[pooled_as or result.category]
         judge.append(float(result.accuracy))
         people.append(human)
     out = {}
@@ -127,22 +212,34 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
     from evaluation.evolution.diagnosis import DiagnosisConfig, case_texts, diagnose
     from evaluation.evolution.validation import validate_proposal
 
-    diagnosis = Diagnosis.objects.select_related("version", "run", "harness").get(pk=diagnosis_id)
+    diagnosis = Diagnosis.objects.select_related("version__harness", "run", "harness").get(pk=diagnosis_id)
     if diagnosis.status == Diagnosis.Status.DONE:
         return diagnosis.status
     Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.RUNNING)
     try:
-        records = case_records(diagnosis.run)
+        if diagnosis.is_live:
+            records, live = live_records(diagnosis)
+            if not records:
+                raise EvolutionError("The window no longer holds any live trace with a judge score.")
+            judges = set(judged(live_traces(diagnosis.version, diagnosis.window_start, diagnosis.window_end))
+                         .values_list("judge_version", flat=True).distinct())
+            calibration = category_calibration(workspace=diagnosis.workspace, judge_versions=judges, pooled_as="live")
+            abstained = live["abstained"]
+        else:
+            records, live = case_records(diagnosis.run), None
+            calibration = category_calibration(diagnosis.run)
+            abstained = EvalResult.objects.filter(run=diagnosis.run, accuracy__isnull=True).count()
         spec = harness_selectors.version_spec(diagnosis.version)
         previous, gains, rejected, reasons = _history(diagnosis)
         config = DiagnosisConfig()
-        calibration = category_calibration(diagnosis.run)
         result = diagnose(records, spec, previous=previous, calibration=calibration, gains=gains,
                           rejected=rejected, config=config)
-        proposals = list(result.proposals)
+        proposals, proposer_runs = list(result.proposals), None
         if diagnosis.config.get("proposer"):
-            proposals += _model_proposals(diagnosis.config["proposer"], result.clustering.clusters, records, spec,
-                                          reasons, rejected, case_texts(records), validate_proposal, config)
+            made, proposer_runs = _model_proposals(diagnosis.config["proposer"], result.clustering.clusters, records,
+                                                   spec, reasons, rejected, case_texts(records), validate_proposal,
+                                                   config)
+            proposals += made
         with transaction.atomic():
             rows = {}
             for rank, cluster in enumerate(result.clustering.clusters, 1):
@@ -164,7 +261,8 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
                 summary={"total": clustering.total, "failures": clustering.failures, "noise": list(clustering.noise),
                          "groups": [{"key": key, "case_ids": list(ids)} for key, ids in clustering.groups],
                          "proposals": len(proposals), "valid": sum(p.valid for p in proposals),
-                         "abstained": EvalResult.objects.filter(run=diagnosis.run, accuracy__isnull=True).count()})
+                         "abstained": abstained, **({"live": live} if live else {}),
+                         **({"proposer_runs": proposer_runs} if proposer_runs is not None else {})})
     except Exception as exc:
         log.exception("diagnosis %s failed", diagnosis_id)
         Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.FAILED, error=str(exc)[:2000],
@@ -174,7 +272,8 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
 
 
 def _model_proposals(backend_name, clusters, records, spec, reasons, rejected, texts, validate, config):
-    """The proposer harness's edits for the top actionable clusters (a model that fails proposes nothing)."""
+    """The proposer harness's validated edits for the top actionable clusters, and what each run did (a model
+    that never answers in the diff form proposes nothing)."""
     from evaluation.evolution.proposer import HarnessProposer
     from serving.model_config import backend_for
 
@@ -186,7 +285,8 @@ def _model_proposals(backend_name, clusters, records, spec, reasons, rejected, t
         return [await proposer(cluster, by_id, spec) for cluster in targets]
 
     made = [p for p in asyncio.run(run_all()) if p is not None]
-    return [validate(p, spec, case_texts=texts, rejected=rejected, config=config.validation) for p in made]
+    return [validate(p, spec, case_texts=texts, rejected=rejected, config=config.validation) for p in made], \
+        proposer.runs
 
 
 # Decisions ------------------------------------------------------------------------------------------
@@ -258,9 +358,12 @@ def ai_actor(generators) -> Actor:
 def round_create(*, actor: Actor, diagnosis: Diagnosis) -> Round:
     """Combine the accepted edits into one candidate version (authored by the AI, approved by `actor`).
 
-    Edits apply one after another onto the diagnosed version; one that no longer applies after the
-    others (a conflicting edit of the same lines) is marked `conflict` with the reason and left out.
+    Each edit applies to the diagnosed version and is merged three-way into the edits before it, so edits
+    of different lines of one file combine; one that changes the same lines as an earlier accepted edit
+    (a real conflict) is marked `conflict` with the reason and left out.
     """
+    from evaluation.evolution.patches import apply_onto
+
     require(actor, diagnosis.workspace, WRITE)
     if hasattr(diagnosis, "round"):
         raise EvolutionError("This diagnosis already has its candidate version.")
@@ -271,10 +374,11 @@ def round_create(*, actor: Actor, diagnosis: Diagnosis) -> Round:
     if head.pk != diagnosis.version_id:
         raise EvolutionError(f"The harness moved on to v{head.number} since this diagnosis of "
                              f"v{diagnosis.version.number}: diagnose the new head instead.")
-    files, combined, conflicts = dict(diagnosis.version.files), [], []
+    base = dict(diagnosis.version.files)
+    files, combined, conflicts = dict(base), [], []
     for proposal in accepted:
         try:
-            files = apply_diff(files, proposal.diff)
+            files = apply_onto(base, files, proposal.diff)
             combined.append(proposal)
         except PatchError as exc:
             conflicts.append((proposal, f"conflicts with the other accepted edits: {exc}"[:MAX_REASON]))
@@ -297,36 +401,65 @@ def round_create(*, actor: Actor, diagnosis: Diagnosis) -> Round:
     return evolution_round
 
 
-def round_evaluate(*, actor: Actor, evolution_round: Round) -> EvalRun:
-    """One click: evaluate the candidate on the diagnosed run's set, then compare and gate (in the worker)."""
+def round_evaluate(*, actor: Actor, evolution_round: Round, set_version: EvalSetVersion | None = None) -> EvalRun:
+    """One click: evaluate the candidate on the dev set, then compare and gate (in the worker).
+
+    A run diagnosis is gated on its own run's set. A live diagnosis has no paired cases, so the operator
+    names the dev set: the diagnosed version's done run on it (same backend and judge) is the baseline when
+    there is one, else the worker evaluates the diagnosed version first."""
     from evaluation.evolution.tasks import evaluate_round
     from evaluation.services import run_create
 
     require(actor, evolution_round.harness.workspace, WRITE)
     if evolution_round.run_id is not None:
         raise EvolutionError("This round's candidate is already being evaluated.")
-    baseline = evolution_round.diagnosis.run
+    diagnosis = evolution_round.diagnosis
+    workspace = evolution_round.harness.workspace
     with transaction.atomic():
-        run = run_create(actor=actor, workspace=baseline.workspace, set_version=baseline.set_version,
+        if not diagnosis.is_live:
+            baseline = diagnosis.run
+        else:
+            if set_version is None:
+                raise EvolutionError("Choose the eval set to gate on: live traffic has no paired cases to re-run.")
+            if set_version.eval_set.workspace_id != workspace.pk:
+                raise EvolutionError("That eval set belongs to another workspace.")
+            if set_version.eval_set.suite == "ifeval":
+                raise EvolutionError("IFEval tests the model, not the harness: choose a harness eval set.")
+            backend = diagnosis.config.get("backend") or settings.MODEL_BACKEND
+            baseline = (EvalRun.objects.filter(workspace=workspace, set_version=set_version,
+                                               harness_version=diagnosis.version, backend=backend, judge="reference",
+                                               status=EvalRun.Status.DONE).order_by("-created_at", "-id").first()
+                        or run_create(actor=actor, workspace=workspace, set_version=set_version,
+                                      harness=evolution_round.harness, version=diagnosis.version, backend=backend,
+                                      queue="cpu", start=False))
+        run = run_create(actor=actor, workspace=workspace, set_version=baseline.set_version,
                          harness=evolution_round.harness, version=evolution_round.candidate, backend=baseline.backend,
                          judge=baseline.judge, concurrency=baseline.concurrency, queue="cpu", start=False)
-        Round.objects.filter(pk=evolution_round.pk).update(run=run, status=Round.Status.EVALUATING)
+        Round.objects.filter(pk=evolution_round.pk).update(run=run, baseline=baseline, status=Round.Status.EVALUATING)
         transaction.on_commit(lambda: enqueue(evaluate_round, args=[evolution_round.pk], queue="cpu"))
     evolution_round.refresh_from_db()
     return run
 
 
 def round_finish(*, round_id: int) -> str:
-    """Inside the worker: run the candidate's eval, then the comparison with the regression gate and the
-    attribution of fixed and regressed cases to the accepted edits."""
+    """Inside the worker: run the candidate's eval (and a live diagnosis's baseline eval first), then the
+    comparison with the regression gate and the attribution of fixed and regressed cases to the edits."""
     from evaluation.services import comparison_create, run_execute
 
-    evolution_round = Round.objects.select_related("diagnosis__run", "run").get(pk=round_id)
+    evolution_round = Round.objects.select_related("diagnosis", "baseline", "run").get(pk=round_id)
     try:
+        baseline = evolution_round.baseline or evolution_round.diagnosis.run
+        if baseline is None:
+            raise EvolutionError("the round has no baseline run to compare with")
+        if baseline.status != EvalRun.Status.DONE:
+            status = run_execute(run_id=baseline.pk)
+            if status != EvalRun.Status.DONE:
+                raise EvolutionError(f"the diagnosed version's eval ended {status}")
         status = run_execute(run_id=evolution_round.run_id)
         if status != EvalRun.Status.DONE:
             raise EvolutionError(f"the candidate's eval ended {status}")
-        baseline, candidate = evolution_round.diagnosis.run, EvalRun.objects.get(pk=evolution_round.run_id)
+        baseline = EvalRun.objects.get(pk=baseline.pk)
+        candidate = EvalRun.objects.get(pk=evolution_round.run_id)
         comparison = comparison_create(actor=Actor.system("evolution"), baseline=baseline, candidate=candidate)
         attribution = attribute(evolution_round.diagnosis, baseline, candidate)
         Round.objects.filter(pk=round_id).update(status=Round.Status.GATED, comparison=comparison,
@@ -342,6 +475,8 @@ def attribute(diagnosis: Diagnosis, baseline: EvalRun, candidate: EvalRun) -> di
 
     A fixed case counts for the edit whose cluster held it; a regressed case (passing before, failing now)
     counts for the edits whose target file is the skill the case expects, else it stays unattributed.
+    A live diagnosis's clusters hold live traces, which the dev-set eval does not re-run: its edits get
+    no fix rate (None), only the regressed cases.
     """
     def outcomes(run):  # abstentions say neither "fixed" nor "broke"
         return {cid: (acc, eff) for cid, acc, eff in run.results.filter(accuracy__isnull=False, effectiveness__isnull=False)
@@ -355,7 +490,7 @@ def attribute(diagnosis: Diagnosis, baseline: EvalRun, candidate: EvalRun) -> di
               for r in baseline.results.select_related("case").filter(case__case_id__in=regressed)}
     ledger, claimed = {}, set()
     for proposal in diagnosis.proposals.filter(status=Proposal.Status.ACCEPTED).select_related("cluster"):
-        cases = list(proposal.cluster.data.get("case_ids", [])) if proposal.cluster else []
+        cases = list(proposal.cluster.data.get("case_ids", [])) if proposal.cluster and not diagnosis.is_live else []
         fixed = sorted(c for c in cases if c in passed)
         skill = proposal.target.split("/")[1] if proposal.target.startswith("skills/") else None
         broke = sorted(c for c in regressed if skill and skill in skills.get(c, set()))

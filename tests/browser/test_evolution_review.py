@@ -1,5 +1,6 @@
 """The review flow in headless Chromium against Daphne and a real worker: ask for a diagnosis from the run page,
-read clusters, accept one proposal, reject one with a reason, make the candidate and launch its eval."""
+read clusters, accept one proposal, reject one with a reason, make the candidate, launch its eval, see the gate
+and the history charts."""
 
 import json
 import threading
@@ -74,6 +75,13 @@ def test_review_queue_accept_reject_candidate_and_eval(page, settings, workspace
         page.click("#evaluate")
         expect(page.locator("#round-run")).to_be_visible()
         expect(page.locator("#gate")).to_be_visible(timeout=120_000)  # polled until the gate is in
+        expect(page.locator("#gate-metrics")).to_contain_text("McNemar p")
+
+        # The history page, reached by clicking: both charts are drawn by Chart.js.
+        page.click("text=Evolution history")
+        expect(page.locator("#clusters-chart")).to_be_visible()
+        assert page.evaluate("Chart.getChart(document.getElementById('clusters-chart')).data.datasets.length") >= 2
+        assert page.evaluate("Chart.getChart(document.getElementById('rounds-chart')).data.labels") == ["v1", "v2"]
     finally:
         stop(worker)
         stop(daphne)

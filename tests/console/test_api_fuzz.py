@@ -28,10 +28,15 @@ EXAMPLES_PER_OPERATION = int(os.environ.get("HARNESSOPS_FUZZ_EXAMPLES", "25"))
 
 # A commit's files are a harness directory (docs/harness-format.md): their contents are YAML, Markdown
 # and JSON that only the harness parser can judge, so a schema-valid commit may still be a documented
-# 422 listing each file's errors. Everywhere else a schema-valid request must be accepted.
+# 422 listing each file's errors. A live diagnosis's window is only known to hold judged traces once it is
+# read: a schema-valid window with none (or with `start` after `end`) is the documented 400. Everywhere
+# else a schema-valid request must be accepted.
 CONFIG = schemathesis.Config.from_dict({"operations": [{
     "include-path": "/api/v1/harnesses/{name}/versions", "include-method": "POST",
     "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "401", "403", "404", "409", "422"]}},
+}, {
+    "include-path": "/api/v1/harnesses/{name}/diagnoses", "include-method": "POST",
+    "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "401", "403", "404"]}},
 }]})
 schema = schemathesis.openapi.from_wsgi("/api/openapi.json", get_wsgi_application(), config=CONFIG)
 

@@ -7,28 +7,14 @@ import pytest
 
 from console.access import Actor
 from console.models import AuditEvent
-from evaluation import services as eval_services
 from evaluation.evolution import services
 from evaluation.evolution.models import Diagnosis, Proposal, Round
 from evaluation.models import EvalRun
 from harness.models import HarnessVersion
 from serving.services import api_key_create
-from tests.live_servers import child_env, requires_services, start_worker, stop, wait_for
+from tests.live_servers import requires_services, start_worker, stop, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
-
-
-@pytest.fixture
-def finished_run(workspace, harness, settings):
-    """A done run of the demo harness on 12 simulated cases with the scripted model (it fails many)."""
-    settings.SCRIPTED_STEPS = json.loads(child_env()["HARNESSOPS_SCRIPTED_STEPS"])  # as the worker answers
-    system = Actor.system("test")
-    version = eval_services.eval_set_generate(actor=system, workspace=workspace, name="dev", suite="live_stream_qa",
-                                              seed=3, n=12)
-    run = eval_services.run_create(actor=system, workspace=workspace, set_version=version, harness=harness,
-                                   version=harness.head, backend="scripted", concurrency=2, start=False)
-    assert eval_services.run_execute(run_id=run.pk) == "done"
-    return EvalRun.objects.get(pk=run.pk)
 
 
 def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, members, finished_run,
@@ -169,6 +155,9 @@ def test_the_model_proposer_runs_inside_the_diagnosis(settings, workspace, harne
     assert made.exists() and all(p.valid and p.target == path for p in made), list(made.values("errors"))
     assert made.count() <= services.MODEL_PROPOSALS_PER_DIAGNOSIS
     assert diagnosis.proposals.filter(generator__startswith="rules:").exists()  # both generators, told apart
+    diagnosis.refresh_from_db()
+    runs = diagnosis.summary["proposer_runs"]
+    assert len(runs) == made.count() and all(r["outcome"] == "replied" and r["model"] == "scripted" for r in runs)
 
 
 def test_weak_judge_calibration_flags_a_category(monkeypatch, workspace, harness, members, finished_run):
@@ -208,7 +197,7 @@ def test_edit_opens_the_file_editor_with_the_result(client, workspace, harness, 
     assert editor.status_code == 200
 
 
-def test_conflicting_accepted_edits_are_flagged_not_merged_blindly(workspace, harness, members, finished_run):
+def test_accepted_edits_of_one_file_merge_and_real_conflicts_are_flagged(workspace, harness, members, finished_run):
     from evaluation.evolution.patches import make_diff
 
     person = Actor.for_user(members["operator"])
@@ -223,8 +212,17 @@ def test_conflicting_accepted_edits_are_flagged_not_merged_blindly(workspace, ha
             diagnosis=diagnosis, generator=f"rules:test{n}", hypothesis=f"edit {n}", diff=diff, target=path,
             base_hash=harness.head.content_hash, fingerprint=f"f{n}", valid=True))
         services.proposal_accept(actor=person, proposal=proposals[-1])
+    # A third edit of the same file, on other lines (and adding one): merged, not flagged.
+    line = "- Address the viewer directly as \"you\"; never show viewer ids."
+    diff = make_diff(files, {**files, path: files[path].replace(line, line + "\n- Never invent a price.")})
+    proposals.append(Proposal.objects.create(
+        diagnosis=diagnosis, generator="rules:test2", hypothesis="edit 2", diff=diff, target=path,
+        base_hash=harness.head.content_hash, fingerprint="f2", valid=True))
+    services.proposal_accept(actor=person, proposal=proposals[-1])
     evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
-    assert "no emoji at all." in evolution_round.candidate.files[path]
+    text = evolution_round.candidate.files[path]
+    assert "no emoji at all." in text and "- Never invent a price." in text and "two emoji" not in text
     second = Proposal.objects.get(pk=proposals[1].pk)
-    assert second.status == "conflict" and "does not apply" in second.reason
-    assert evolution_round.candidate.author_label == "ai:evolution (rules:test0)"
+    assert second.status == "conflict" and "both edits change line" in second.reason
+    assert Proposal.objects.get(pk=proposals[2].pk).status == "accepted"
+    assert evolution_round.candidate.author_label == "ai:evolution (rules:test0, rules:test2)"

@@ -8,7 +8,15 @@ import pytest
 
 from evaluation.evolution.clusters import cluster_failures
 from evaluation.evolution.diagnosis import case_texts, diagnose
-from evaluation.evolution.patches import PatchError, apply_diff, make_diff, parse_diff, reverse_diff
+from evaluation.evolution.patches import (
+    PatchError,
+    apply_diff,
+    apply_onto,
+    make_diff,
+    merge_text,
+    parse_diff,
+    reverse_diff,
+)
 from evaluation.evolution.proposals import RULES, Proposal, propose_by_rules, trigger_phrases
 from evaluation.evolution.proposer import HarnessProposer, parse_answer, proposer_spec, scripted_answer
 from evaluation.evolution.validation import ValidationConfig, validate_proposal
@@ -52,6 +60,26 @@ def test_diffs_round_trip_reverse_and_refuse_what_does_not_fit():
 
 
 # The rule catalogue ----------------------------------------------------------------------------------
+
+def test_edits_of_different_lines_merge_three_way_and_overlapping_ones_conflict():
+    base = {"a.md": "one\ntwo\nthree\nfour\nfive\n", "b.md": "x\n"}
+    first = make_diff(base, {**base, "a.md": "one\ntwo and a half\nextra\nthree\nfour\nfive\n"})
+    second = make_diff(base, {**base, "a.md": "one\ntwo\nthree\nfour\nFIVE\n"})
+    other_file = make_diff(base, {**base, "b.md": "y\n"})
+    current = apply_onto(base, base, first)
+    with pytest.raises(PatchError):
+        apply_diff(current, second)  # strict line numbers alone would call this a conflict
+    merged = apply_onto(base, apply_onto(base, current, second), other_file)
+    assert merged == {"a.md": "one\ntwo and a half\nextra\nthree\nfour\nFIVE\n", "b.md": "y\n"}
+    assert apply_onto(base, current, first) == current  # the same edit twice is taken once
+    clash = make_diff(base, {**base, "a.md": "one\n2\nthree\nfour\nfive\n"})
+    with pytest.raises(PatchError, match="both edits change line 2 "):
+        apply_onto(base, current, clash)
+    adjacent = make_diff(base, {**base, "a.md": "one\ntwo\nTHREE\nfour\nfive\n"})
+    with pytest.raises(PatchError, match="both edits change"):
+        apply_onto(base, current, adjacent)  # touching changes are flagged, as git does
+    assert merge_text("a\nb", "a\nb", "a\nc") == "a\nc"
+
 
 def test_the_catalogue_lists_its_rules():
     assert set(RULES) == {"skill-trigger", "reply-length", "tool-argument-precondition", "tool-not-called"}
@@ -213,12 +241,46 @@ def test_a_scripted_model_run_by_the_runtime_produces_a_valid_diff(spec):
     assert any("link-0" in t and "denied_by" in t for t in tool_results)
     assert any("get_product_info_by_link_id" in t and "|" in t for t in tool_results)  # numbered file text
     assert "[harness feedback]" in backend.calls[3].messages[-1]["content"]
+    # The well-formed-diff hook sent the free-text answer back once; the second answer passed.
+    assert proposer.runs == [{"cluster": cluster.cluster_id, "model": "scripted", "outcome": "replied",
+                              "reason": "", "model_calls": 4, "sent_back": 1}]
 
 
 def test_a_proposer_that_never_answers_in_form_proposes_nothing(spec):
     records = [denied_link(i) for i in range(3)]
     [cluster] = cluster_failures(records, spec).clusters
     backend = ScriptedBackend(["no diff", "still none", "nothing"])
-    assert asyncio.run(HarnessProposer(lambda: backend)(cluster, {r.case_id: r for r in records}, spec)) is None
+    proposer = HarnessProposer(lambda: backend)
+    assert asyncio.run(proposer(cluster, {r.case_id: r for r in records}, spec)) is None
+    [run] = proposer.runs
+    assert run["outcome"] == "fallback" and run["sent_back"] == 2 and "retries exhausted" in run["reason"]
+    # A diff block that is cut short (no hunk) does not pass the form either.
+    cut = "HYPOTHESIS: h\nRATIONALE: r\nEVIDENCE: link-0\n```diff\n--- a/tools/x.json\n+++ b/tools/x.json\n```"
+    proposer = HarnessProposer(lambda: ScriptedBackend([cut, cut, cut]))
+    assert asyncio.run(proposer(cluster, {r.case_id: r for r in records}, spec)) is None
+    assert proposer.runs[0]["outcome"] == "fallback"
     fields, diff = parse_answer("HYPOTHESIS: h\nRATIONALE: r\nEVIDENCE: a\n```diff\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b")
     assert fields == {"hypothesis": "h", "rationale": "r", "evidence": "a"} and diff.endswith("+b\n")
+
+
+@pytest.mark.timeout(900)  # the real model on a shared 2-core machine: minutes, not seconds
+def test_the_embedded_offline_model_as_proposer_fails_safely(spec):
+    """SmolLM2-135M (the offline default) run as the proposer: whatever it writes, no malformed proposal comes
+    out: either its answer passed the diff form (validation then judges the edit) or there is no proposal."""
+    from serving.backends import create_backend
+
+    records = [denied_link(i) for i in range(3)]
+    [cluster] = cluster_failures(records, spec).clusters
+    # The proposer harness as shipped, with a tighter budget so the test stays short on a loaded CPU.
+    light = dataclasses.replace(proposer_spec(), settings=dataclasses.replace(
+        proposer_spec().settings, max_turns=3, max_hook_retries=1, deadline_s=60))
+    proposer = HarnessProposer(lambda: create_backend("local"), spec=light)
+    proposal = asyncio.run(proposer(cluster, {r.case_id: r for r in records}, spec))
+    [run] = proposer.runs
+    print("offline proposer run:", run)
+    assert run["model"] == "local" and run["model_calls"] >= 1
+    if proposal is None:
+        assert run["outcome"] != "replied"  # the form hooks refused its answers, or the turn ran out
+    else:
+        assert run["outcome"] == "replied" and proposal.diff.startswith(("--- a/", "--- /dev/null"))
+        assert proposal.generator.endswith("/local")
