@@ -10,6 +10,7 @@ from console.form_values import decimal_number, to_decimal
 from console.views.scoping import workspace_view
 from harness import selectors as harness_selectors
 from serving.experiments import services as experiment_services
+from serving.experiments.live import publish_experiment
 from serving.experiments.selectors import experiment_arms, experiment_snapshot, guardrail_thresholds
 from serving.experiments.services import ExperimentError, experiment_create, experiment_start, experiment_stop
 from serving.models import Experiment
@@ -98,6 +99,7 @@ def experiment_action(request, key: str, action: str):
                             reason=request.POST.get("reason") or "stopped by an operator")
         else:
             raise Http404("Unknown action.")
+        publish_experiment(experiment)  # other open dashboards of this experiment reload with the new state
     except ExperimentError as exc:
         messages.error(request, str(exc))
     return redirect("experiment_detail", ws=request.workspace.slug, key=key)

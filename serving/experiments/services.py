@@ -18,7 +18,6 @@ from console.services import archived_set, audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
 from serving.experiments.assignment import assign
-from serving.experiments.live import publish_experiment
 from serving.models import Arm, Event, Experiment, Exposure, Rollup
 from serving.selection import DEFAULT_LABEL, Selection, register_experiment_selector
 
@@ -125,7 +124,6 @@ def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.start",
                      target_type="experiment", target_id=experiment.pk, target_label=experiment.key)
     experiment.refresh_from_db()
-    publish_experiment(experiment)  # open dashboards show the new state without a reload
     return experiment
 
 
@@ -139,7 +137,6 @@ def experiment_stop(*, actor: Actor, experiment: Experiment, reason: str, contro
                      target_id=experiment.pk, target_label=experiment.key,
                      after={"reason": reason, "control_only": control_only})
     experiment.refresh_from_db()
-    publish_experiment(experiment)  # open dashboards (a guardrail stop has no page of its own) show the stop
     return experiment
 
 
