@@ -7,6 +7,7 @@ a "raw" view, JSON (`|as_json`). Everything goes through the template engine, so
 """
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django import template
@@ -24,7 +25,7 @@ def plain(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, SCALARS):
         return str(value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "; ".join(f"{k}: {plain(v)}" for k, v in value.items()) or "(empty)"
     if isinstance(value, (list, tuple, set, frozenset)):
         return ", ".join(plain(v) for v in value) or "(none)"
@@ -37,11 +38,19 @@ register.filter("plain", plain)
 @register.filter
 def as_json(value: Any) -> str:
     """Indented JSON (escaped by the template like any text)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str, sort_keys=False)
+    return json.dumps(value, indent=2, ensure_ascii=False, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
 
 
 def _node(value: Any, depth: int) -> dict:
-    if isinstance(value, dict) and depth < 4:
+    if isinstance(value, Mapping) and depth < 4:
         return {"kind": "dict", "items": [(str(k), _node(v, depth + 1)) for k, v in value.items()]}
     if isinstance(value, (list, tuple)) and depth < 4 and value:
         if all(isinstance(v, dict) for v in value):  # a list of records: one table, columns from their keys
