@@ -154,7 +154,7 @@ def experiment_arms(experiment: Experiment) -> list[dict]:
     react_version = labels.get(DEFAULT_LABEL) or experiment.harness.head  # as arm_selection picks it
     rows = []
     for arm in experiment.arms.select_related("version"):
-        version = {"version": arm.version, "label": labels.get(arm.label), "react": react_version}[arm.kind]
+        version = {"version": arm.version, "label": labels.get(arm.label), "react": react_version}.get(arm.kind)
         rows.append({
             "name": arm.name, "weight": arm.weight, "kind": arm.get_kind_display(), "label": arm.label,
             "version": version, "react": arm.kind == "react",
