@@ -1,5 +1,6 @@
 """Reads from the harness store, always within one workspace."""
 
+import itertools
 import threading
 from collections import OrderedDict
 
@@ -68,19 +69,65 @@ def version_by_label(harness: Harness, label_name: str) -> HarnessVersion:
     return label.version
 
 
+HASH_PREFIX_MIN = 8
+_HEX = frozenset("0123456789abcdef")
+
+
+class VersionRefNotFound(Http404):
+    """A version ref that names nothing, or more than one version; the message says which and what to type."""
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def hash_prefix_needed(hashes: list[str]) -> int:
+    """The shortest prefix length that tells every one of `hashes` apart (at least HASH_PREFIX_MIN)."""
+    ordered = sorted(hashes)
+    longest = max((_common_prefix(a, b) for a, b in itertools.pairwise(ordered)), default=0)
+    return max(HASH_PREFIX_MIN, longest + 1)
+
+
 def version_resolve(harness: Harness, ref: str) -> HarnessVersion:
-    """A version from `v3`, `3`, a label name or a content-hash prefix (≥ 8 characters)."""
+    """A version from `v3`, `3`, a label name or a content-hash prefix (≥ 8 characters).
+
+    A ref that matches nothing, a hash prefix that is too short or one that matches several versions
+    raises `VersionRefNotFound` (a 404) whose message says so and how many characters would be enough.
+    """
     ref = ref.strip()
+    if not ref:
+        raise VersionRefNotFound("Give a version: a number (3 or v3), a label or a content-hash prefix.")
     number = ref[1:] if ref.startswith("v") else ref
     if number.isascii() and number.isdigit() and len(number) <= 9:  # fits the number column
-        return version_get(harness, int(number))
+        version = harness.versions.filter(number=int(number)).first()
+        if version is not None:
+            return version
+        if ref.startswith("v") or len(ref) < HASH_PREFIX_MIN:
+            hint = (f" (as a content-hash prefix it is too short: give at least {HASH_PREFIX_MIN} characters)"
+                    if not ref.startswith("v") and harness.versions.filter(content_hash__startswith=ref).exists()
+                    else "")
+            raise VersionRefNotFound(f"{harness.name} has no version {int(number)}{hint}.")
     if harness.labels.filter(name=ref).exists():
         return version_by_label(harness, ref)
-    if len(ref) >= 8:
-        matches = list(harness.versions.filter(content_hash__startswith=ref.lower())[:2])
-        if len(matches) == 1:
-            return matches[0]
-    raise Http404(f"{harness.name} has no version, label or hash {ref!r}.")
+    prefix = ref.lower()
+    if not set(prefix) <= _HEX or len(prefix) > 64:
+        raise VersionRefNotFound(f"{harness.name} has no version, label or content hash “{ref}”.")
+    matches = list(harness.versions.filter(content_hash__startswith=prefix).values_list("number", "content_hash")
+                   .order_by("number")[:50])
+    if len(prefix) >= HASH_PREFIX_MIN and len(matches) == 1:
+        return version_get(harness, matches[0][0])
+    if not matches:
+        raise VersionRefNotFound(f"{harness.name} has no version, label or content hash starting “{ref}”.")
+    needed = hash_prefix_needed([h for _, h in matches]) if len(matches) > 1 else HASH_PREFIX_MIN
+    which = ", ".join(f"v{n}" for n, _ in matches[:5]) + (" and more" if len(matches) > 5 else "")
+    if len(prefix) < HASH_PREFIX_MIN:
+        raise VersionRefNotFound(f"The hash prefix “{ref}” is too short ({len(prefix)} characters; it matches "
+                                 f"{which}); give at least {needed} characters.")
+    raise VersionRefNotFound(f"The hash prefix “{ref}” is ambiguous: it matches {len(matches)} versions "
+                             f"of {harness.name} ({which}); give at least {needed} characters.")
 
 
 def version_diff(a: HarnessVersion, b: HarnessVersion) -> SpecDiff:

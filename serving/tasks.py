@@ -42,6 +42,7 @@ def judge_live_trace(trace_id: str) -> str:
 def check_guardrails(experiment_id: int) -> str:
     """Stop a running experiment whose guardrail trips, routing every viewer to control (audited)."""
     from console.access import Actor
+    from serving.experiments.live import publish_experiment
     from serving.experiments.selectors import _guardrails, guardrail_violation
     from serving.experiments.services import experiment_stop
     from serving.models import Experiment
@@ -52,6 +53,7 @@ def check_guardrails(experiment_id: int) -> str:
     reason = guardrail_violation(experiment, _guardrails(experiment, list(experiment.arms.all())))
     if not reason:
         return "ok"
-    experiment_stop(actor=Actor.system("system:guardrail"), experiment=experiment,
-                    reason=f"auto-stop guardrail: {reason}", control_only=True)
+    experiment = experiment_stop(actor=Actor.system("system:guardrail"), experiment=experiment,
+                                 reason=f"auto-stop guardrail: {reason}", control_only=True)
+    publish_experiment(experiment)  # open dashboards show the stop (and reload their buttons)
     return reason

@@ -41,16 +41,23 @@ def warm_local_model(room: Room | None = None) -> int:
     return response.tokens_in
 
 
+# This process's warm-up, for the console's model state: idle | running | done | failed (and prompt tokens).
+WARMUP = {"state": "idle", "tokens": 0}
+
+
 def warm_in_background() -> None:
     """Start `warm_local_model` in a daemon thread (embedded mode with the local backend only)."""
     if settings.MODEL_BACKEND != "local":
         return
 
     def run():
+        WARMUP["state"] = "running"
         try:
             tokens = warm_local_model()
+            WARMUP.update(state="done", tokens=tokens)
             log.info("offline model warmed with a %d-token prompt", tokens)
         except Exception:  # warming is an optimisation; the first turn will just be slow
+            WARMUP["state"] = "failed"
             log.exception("could not warm the offline model")
 
     threading.Thread(target=run, name="model-warmup", daemon=True).start()

@@ -13,6 +13,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from console.access import ADMIN, WRITE
+from console.form_values import decimal_number, whole_number
 from console.views.scoping import workspace_view
 from evaluation import selectors
 from evaluation import services as evaluation_services
@@ -30,6 +31,7 @@ from evaluation.services import (
 )
 from harness import selectors as harness_selectors
 from serving.model_config import available_backends
+from serving.model_state import backend_states
 
 MAX_UPLOAD = 20 * 1024 * 1024
 
@@ -46,6 +48,7 @@ def evaluation_home(request):
         "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
         "backends": [(b, default_concurrency(b)) for b in ordered],
         "judge_models": sorted(judge_models()),
+        "models": backend_states(request.workspace, ordered),
     })
 
 
@@ -64,10 +67,14 @@ def eval_set_create(request):
             version = eval_set_add_version(actor=request.actor, workspace=request.workspace, name=name, suite=suite,
                                            cases=parse_cases(suite, lines), source=f"upload {upload.name}")
         else:
-            version = eval_set_generate(actor=request.actor, workspace=request.workspace, name=name, suite=suite,
-                                        seed=int(request.POST.get("seed") or 0), n=int(request.POST.get("n") or 50))
+            version = eval_set_generate(
+                actor=request.actor, workspace=request.workspace, name=name, suite=suite,
+                seed=whole_number(request.POST, "seed", label="Seed", default=0),
+                n=whole_number(request.POST, "n", label="Number of cases", default=50))
         messages.success(request, f"Created {version} with {version.case_count} cases.")
-    except (EvalError, ValueError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        messages.error(request, "No set created: the file is not UTF-8 text.")
+    except (EvalError, ValueError) as exc:
         messages.error(request, f"No set created: {exc}")
     return redirect("evaluation_home", ws=request.workspace.slug)
 
@@ -105,10 +112,18 @@ def eval_set_detail(request, name: str, number: int):
         response["Content-Disposition"] = f'attachment; filename="{slugify(name) or "eval-set"}-v{number}.jsonl"'
         return response
     cases = version.cases.all()
-    if request.GET.get("category"):
-        cases = cases.filter(category=request.GET["category"])
+    category = request.GET.get("category", "").strip()
+    categories = sorted(set(version.cases.values_list("category", flat=True)))
+    errors = []
+    if category and category not in categories:
+        errors.append(f"Category: “{category}” is not in this set; it has {', '.join(categories) or 'no categories'}.")
+        cases = cases.none()
+    elif category:
+        cases = cases.filter(category=category)
     page = Paginator(cases, 50).get_page(request.GET.get("page"))
-    return render(request, "evaluation/set.html", {"version": version, "page": page})
+    return render(request, "evaluation/set.html", {"version": version, "page": page, "category": category,
+                                                   "categories": categories, "errors": errors},
+                  status=422 if errors else 200)
 
 
 @require_POST
@@ -116,15 +131,17 @@ def eval_set_detail(request, name: str, number: int):
 def eval_run_create(request):
     try:
         name, _, number = request.POST.get("set", "").partition("@v")
-        set_version = selectors.set_version_get(request.workspace, name, int(number or 0))
+        if not number.isdigit():
+            raise EvalError("Choose an eval set version (name@vN).")
+        set_version = selectors.set_version_get(request.workspace, name, int(number))
         harness = harness_selectors.harness_get(request.workspace, request.POST.get("harness", ""))
         version = harness_selectors.version_resolve(harness, request.POST.get("version") or "production")
         run = run_create(actor=request.actor, workspace=request.workspace, set_version=set_version, harness=harness,
                          version=version, backend=request.POST.get("backend", ""),
                          judge=request.POST.get("judge") or "reference",
-                         concurrency=int(request.POST["concurrency"]) if request.POST.get("concurrency") else None,
+                         concurrency=whole_number(request.POST, "concurrency", label="Concurrency"),
                          queue=request.POST.get("queue") or "cpu")
-    except (EvalError, ValueError, ImproperlyConfigured, KeyError, Http404) as exc:
+    except (EvalError, ValueError, ImproperlyConfigured, Http404) as exc:
         messages.error(request, f"Run not started: {exc}")
         return redirect("evaluation_home", ws=request.workspace.slug)
     return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
@@ -199,8 +216,9 @@ def annotate(request):
             raise Http404("No such case.")
         try:
             annotation_add(actor=request.actor, workspace=request.workspace, user=request.user, result=result,
-                           accuracy=int(request.POST.get("accuracy", -1)),
-                           effectiveness=float(request.POST.get("effectiveness", -1)),
+                           accuracy=whole_number(request.POST, "accuracy", label="Accuracy", default=-1),
+                           effectiveness=decimal_number(request.POST, "effectiveness", label="Effectiveness",
+                                                        default=-1.0),
                            comment=request.POST.get("comment", ""))
             messages.success(request, f"Labelled {result.case.case_id}.")
         except (CalibrationError, ValueError) as exc:
@@ -232,17 +250,21 @@ def compare(request):
         if WRITE not in request.capabilities:
             raise PermissionDenied("Comparing runs needs the write permission.")
         try:
-            baseline = selectors.run_get(request.workspace, int(request.POST.get("baseline", 0)))
-            candidate = selectors.run_get(request.workspace, int(request.POST.get("candidate", 0)))
+            baseline = selectors.run_get(request.workspace, whole_number(request.POST, "baseline", label="Baseline run",
+                                                                         default=0))
+            candidate = selectors.run_get(request.workspace, whole_number(request.POST, "candidate",
+                                                                          label="Candidate run", default=0))
             gate = {"max_drop": request.POST.get("max_drop", DEFAULT_GATE["max_drop"]),
                     "confidence": request.POST.get("confidence", DEFAULT_GATE["confidence"]),
                     "rule": request.POST.get("rule") or DEFAULT_GATE["rule"],
                     "min_cases": request.POST.get("min_cases") or DEFAULT_GATE["min_cases"]}
             comparison = comparison_create(actor=request.actor, baseline=baseline, candidate=candidate, gate=gate)
             return redirect(f"{request.path}?id={comparison.pk}")
-        except (EvalError, ValueError) as exc:
+        except (EvalError, ValueError, Http404) as exc:
             messages.error(request, f"Not compared: {exc}")
     elif request.GET.get("id"):
+        if not request.GET["id"].isdigit():
+            raise Http404("No such comparison.")
         comparison = RunComparison.objects.filter(workspace=request.workspace, pk=request.GET["id"]).select_related(
             "baseline", "candidate").first()
         if comparison is None:

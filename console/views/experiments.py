@@ -6,10 +6,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import ADMIN, WRITE
+from console.form_values import decimal_number, to_decimal
 from console.views.scoping import workspace_view
 from harness import selectors as harness_selectors
 from serving.experiments import services as experiment_services
-from serving.experiments.selectors import experiment_snapshot
+from serving.experiments.live import publish_experiment
+from serving.experiments.selectors import experiment_arms, experiment_snapshot, guardrail_thresholds
 from serving.experiments.services import ExperimentError, experiment_create, experiment_start, experiment_stop
 from serving.models import Experiment
 
@@ -40,27 +42,35 @@ def experiment_new(request):
     try:
         harness = harness_selectors.harness_get(request.workspace, request.POST.get("harness", ""))
         arms = []
-        for line in request.POST.get("arms", "").splitlines():
+        for number, line in enumerate(request.POST.get("arms", "").splitlines(), start=1):
             if not line.strip():
                 continue
-            name, weight, target, *model = line.split()
-            if len(model) > 1:
-                raise ExperimentError(f"Too many words in arm line {line.strip()!r}.")
+            words = line.split()
+            if not 3 <= len(words) <= 4:
+                raise ExperimentError(f"Arm line {number} has {len(words)} word(s); write "
+                                      "“name weight target [model]”, e.g. “control 0.5 react”.")
+            name, weight_text, target, *model = words
+            weight = to_decimal(weight_text, label=f"Arm line {number}, weight", minimum=0)
             if target == "react":
-                arms.append({"name": name, "weight": float(weight), "kind": "react"})
+                arms.append({"name": name, "weight": weight, "kind": "react"})
             elif target.startswith("label:"):
-                arms.append({"name": name, "weight": float(weight), "kind": "label", "label": target[6:]})
+                arms.append({"name": name, "weight": weight, "kind": "label", "label": target[6:]})
             elif target.startswith("v") and target[1:].isdigit():
-                arms.append({"name": name, "weight": float(weight), "kind": "version", "version": int(target[1:])})
+                arms.append({"name": name, "weight": weight, "kind": "version", "version": int(target[1:])})
             else:
-                raise ExperimentError(f"Unknown arm target {target!r}: use react, label:NAME or vN.")
+                raise ExperimentError(f"Arm line {number}: unknown target “{target}”; use react, label:NAME or vN.")
             if model:
                 arms[-1]["backend"] = model[0]
-        guardrails = {k: float(request.POST[k]) for k in ("latency_p95_ms", "accuracy_drop", "min_samples")
-                      if request.POST.get(k)}
+        guardrails = {}
+        for key, label in (("latency_p95_ms", "Latency P95 limit (ms)"), ("accuracy_drop", "Judge accuracy drop"),
+                           ("min_samples", "Samples per arm")):
+            value = decimal_number(request.POST, key, label=label, minimum=0)
+            if value is not None:
+                guardrails[key] = value
         experiment = experiment_create(
             actor=request.actor, workspace=request.workspace, key=request.POST.get("key", "").strip(), harness=harness,
-            arms=arms, coverage=float(request.POST.get("coverage") or 1.0),
+            arms=arms, coverage=decimal_number(request.POST, "coverage", label="Coverage", default=1.0,
+                                               minimum=0, maximum=1),
             rooms=[r for r in request.POST.get("rooms", "").split() if r], guardrails=guardrails)
     except (ExperimentError, ValueError, Http404) as exc:
         messages.error(request, f"Not created: {exc}")
@@ -72,7 +82,9 @@ def experiment_new(request):
 def experiment_detail(request, key: str):
     experiment = _experiment(request, key)
     snapshot = experiment_snapshot(experiment)
-    return render(request, "serving/experiment.html", {"experiment": experiment, "snapshot": snapshot})
+    return render(request, "serving/experiment.html", {
+        "experiment": experiment, "snapshot": snapshot, "arms": experiment_arms(experiment),
+        "thresholds": guardrail_thresholds(experiment)})
 
 
 @require_POST
@@ -87,6 +99,7 @@ def experiment_action(request, key: str, action: str):
                             reason=request.POST.get("reason") or "stopped by an operator")
         else:
             raise Http404("Unknown action.")
+        publish_experiment(experiment)  # other open dashboards of this experiment reload with the new state
     except ExperimentError as exc:
         messages.error(request, str(exc))
     return redirect("experiment_detail", ws=request.workspace.slug, key=key)

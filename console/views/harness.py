@@ -7,10 +7,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from console.access import WRITE
+from console.form_values import whole_number
 from console.identifiers import InvalidIdentifier
 from console.views.scoping import workspace_view
 from evaluation.selectors import version_evidence
@@ -110,12 +112,22 @@ def version_diff(request, name: str):
     versions = list(selectors.version_list(harness))
     if not versions:
         raise Http404("This harness has no versions.")
-    b = selectors.version_resolve(harness, request.GET.get("b") or str(versions[0].number))
+    # A ref that names nothing (or a hash prefix that is too short or ambiguous) is reported on the page.
+    errors = []
+    try:
+        b = selectors.version_resolve(harness, request.GET.get("b") or str(versions[0].number))
+    except selectors.VersionRefNotFound as exc:
+        errors.append(f"To: {exc}")
+        b = versions[0]
     default_a = b.parent.number if b.parent_id else b.number
-    a = selectors.version_resolve(harness, request.GET.get("a") or str(default_a))
-    return render(request, "harness/diff.html", {
-        "harness": harness, "versions": versions, "a": a, "b": b, "diff": selectors.version_diff(a, b),
-    })
+    try:
+        a = selectors.version_resolve(harness, request.GET.get("a") or str(default_a))
+    except selectors.VersionRefNotFound as exc:
+        errors.append(f"From: {exc}")
+        a = selectors.version_get(harness, default_a)
+    context = {"harness": harness, "versions": versions, "a": a, "b": b, "errors": errors,
+               "diff": None if errors else selectors.version_diff(a, b)}
+    return render(request, "harness/diff.html", context, status=422 if errors else 200)
 
 
 def _read_zip(upload) -> dict[str, str]:
@@ -227,7 +239,7 @@ def harness_edit_add(request, name: str):
     draft = services.draft_open(actor=request.actor, harness=harness, user=request.user)
     kind, module = request.POST.get("kind", ""), request.POST.get("module", "").strip()
     try:
-        order = int(request.POST.get("order") or 90)
+        order = whole_number(request.POST, "order", label="Order", default=90, minimum=0, maximum=99)
         path = skeleton_path(kind, module, order)
         text = skeleton(kind, module)
     except (ValueError, KeyError) as exc:
@@ -343,7 +355,11 @@ def _labels_response(request, harness):
         versions = selectors.version_list(harness)
         context = {"harness": harness, "versions": versions, "labels": selectors.labels_with_history(harness),
                    "evidence": version_evidence(versions)}
-        return render(request, "harness/detail.html#labels", context)
+        # The version history's label column shows the same state: it is swapped out-of-band with the panel.
+        response = render(request, "harness/detail.html#labels", context)
+        history = render_to_string("harness/detail.html#history", {**context, "oob": True}, request=request)
+        response.content += history.encode()
+        return response
     return redirect("harness_detail", ws=request.workspace.slug, name=harness.name)
 
 
@@ -357,14 +373,22 @@ def version_augment(request, name: str, number: int):
 
     harness = selectors.harness_get(request.workspace, name)
     version = selectors.version_get(harness, number)
-    chosen = [d for d in request.GET.getlist("dimension") if d in HSA_DIMENSIONS] or list(HSA_DIMENSIONS)
-    try:
-        seed = int(request.GET.get("seed") or 0)
-    except ValueError:
-        seed = 0
+    requested = request.GET.getlist("dimension")
+    errors = [f"Unknown dimension {d}: choose among {', '.join(HSA_DIMENSIONS)}." for d in requested
+              if d not in HSA_DIMENSIONS]
+    chosen = [d for d in requested if d in HSA_DIMENSIONS] or list(HSA_DIMENSIONS)
+    seed_text = request.GET.get("seed", "").strip()
+    seed = 0
+    if seed_text:
+        try:
+            seed = int(seed_text)
+        except ValueError:
+            errors.append(f"The seed must be a whole number; {seed_text} is not one.")
+    context = {"harness": harness, "version": version, "seed": seed, "seed_text": seed_text or "0",
+               "dimensions": HSA_DIMENSIONS, "chosen": chosen, "errors": errors}
+    if errors:
+        return render(request, "harness/augment.html", context, status=422)
     spec = selectors.version_spec(version)
     result = augment(spec, HsaConfig.only(*chosen), seed=seed)
-    return render(request, "harness/augment.html", {
-        "harness": harness, "version": version, "seed": seed, "dimensions": HSA_DIMENSIONS, "chosen": chosen,
-        "mapping": result.mapping.to_dict(), "diff": augmentation_diff(spec, result.spec),
-    })
+    context.update(mapping=result.mapping.to_dict(), diff=augmentation_diff(spec, result.spec))
+    return render(request, "harness/augment.html", context)

@@ -1,11 +1,13 @@
 """Console pages for the running agent: the playground and the trace browser."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from console.access import WRITE
 from console.views.scoping import workspace_view
@@ -14,6 +16,7 @@ from harness.runtime import OUTCOMES
 from harness.spec import parse_files
 from serving import selectors
 from serving.model_config import available_backends
+from serving.model_state import backend_states, outcome_explanation
 from serving.models import Trace
 from serving.services import ReplyRequestError, room_reply
 
@@ -30,8 +33,10 @@ def playground(request):
     harnesses = list(harness_selectors.harness_list(request.workspace))
     rooms = list(selectors.rooms(request.workspace))
     state = request.session.get(_session_key(request.workspace), {"dialogue": []})
-    context = {"harnesses": harnesses, "rooms": rooms, "backends": available_backends(request.workspace), "state": state,
-               "choice": state.get("choice", {}), "error": ""}
+    backends = available_backends(request.workspace)
+    context = {"harnesses": harnesses, "rooms": rooms, "backends": backends, "state": state,
+               "choice": state.get("choice", {}), "error": "", "models": backend_states(request.workspace, backends),
+               "default_backend": settings.MODEL_BACKEND}
     if request.method != "POST":
         # A version page links here with ?harness=&version=N to preselect that version.
         if request.GET.get("harness") and request.GET.get("version", "").isdigit():
@@ -76,7 +81,8 @@ def playground(request):
                          + ([] if result.silent else [["assistant", result.reply]]))[-DIALOGUE_KEEP:]
     state["choice"] = choice
     request.session[_session_key(request.workspace)] = state
-    context.update(message=message, result=result, trace=result.trace)
+    context.update(message=message, result=result, trace=result.trace,
+                   explanation=outcome_explanation(result.trace))
     template = "serving/playground.html#turn" if request.htmx else "serving/playground.html"
     return render(request, template, context)
 
@@ -89,24 +95,46 @@ def playground_reset(request):
     return redirect("playground", ws=request.workspace.slug)
 
 
-def _float(value: str) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
+TRACE_FILTERS = ("version", "outcome", "hook", "source", "min_latency_ms")
 
 
+def _trace_filter_errors(filters: dict[str, str]) -> tuple[list[str], float | None]:
+    """Messages for filter values that cannot match anything, and the parsed latency bound."""
+    errors, min_latency = [], None
+    if filters["outcome"] and filters["outcome"] not in OUTCOMES:
+        errors.append(f"Outcome: “{filters['outcome']}” is not one of {', '.join(OUTCOMES)}.")
+    if filters["source"] and filters["source"] not in Trace.Source.values:
+        errors.append(f"Source: “{filters['source']}” is not one of {', '.join(Trace.Source.values)}.")
+    if filters["min_latency_ms"]:
+        try:
+            min_latency = float(filters["min_latency_ms"])
+            if not 0 <= min_latency < float("inf"):
+                raise ValueError
+        except ValueError:
+            errors.append(f"Min latency: “{filters['min_latency_ms']}” is not a number of milliseconds (e.g. 1500).")
+    return errors, min_latency
+
+
+@vary_on_headers("HX-Request")  # the same URL answers a fragment or the page: caches must tell them apart
 @workspace_view()
 def trace_list(request):
-    filters = {k: request.GET.get(k, "").strip() for k in ("version", "outcome", "hook", "source", "min_latency_ms")}
-    traces = selectors.trace_list(request.workspace, version=filters["version"], outcome=filters["outcome"],
-                                  hook=filters["hook"], source=filters["source"],
-                                  min_latency_ms=_float(filters["min_latency_ms"]))
+    """Filters live in the query string, so a filtered list can be shared, bookmarked and gone back to."""
+    filters = {k: request.GET.get(k, "").strip() for k in TRACE_FILTERS}
+    errors, min_latency = _trace_filter_errors(filters)
+    traces = Trace.objects.none()
+    if not errors:
+        try:
+            traces = selectors.trace_list(request.workspace, version=filters["version"], outcome=filters["outcome"],
+                                          hook=filters["hook"], source=filters["source"], min_latency_ms=min_latency)
+        except selectors.TraceFilterError as exc:
+            errors.append(str(exc))
     page = Paginator(traces, 50).get_page(request.GET.get("page"))
-    context = {"page": page, "filters": filters, "outcomes": OUTCOMES, "sources": Trace.Source.values}
-    if request.htmx:
-        return render(request, "serving/traces.html#rows", context)
-    return render(request, "serving/traces.html", context)
+    context = {"page": page, "filters": filters, "outcomes": OUTCOMES, "sources": Trace.Source.values,
+               "errors": errors}
+    status = 422 if errors else 200
+    if request.htmx and not request.htmx.history_restore_request:  # a history restore needs the page
+        return render(request, "serving/traces.html#rows", context, status=status)
+    return render(request, "serving/traces.html", context, status=status)
 
 
 @workspace_view()

@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from console.access import ADMIN, API_KEY_SCOPES, Actor, require_workspace_creator
 from console.models import Role
@@ -146,11 +147,12 @@ def key_revoke(request, key_id: int):
     return redirect("key_list", ws=request.workspace.slug)
 
 
+@vary_on_headers("HX-Request")  # the same URL answers a fragment or the page: caches must tell them apart
 @workspace_view()
 def audit_log(request):
     filters = {k: request.GET.get(k, "").strip() for k in ("action", "actor", "target")}
     page = Paginator(audit_events(request.workspace, **filters), 50).get_page(request.GET.get("page"))
     context = {"page": page, "filters": filters}
-    if request.htmx:
+    if request.htmx and not request.htmx.history_restore_request:  # a history restore needs the page
         return render(request, "console/audit.html#rows", context)
     return render(request, "console/audit.html", context)

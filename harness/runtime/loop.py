@@ -94,6 +94,9 @@ class _Turn:
 
         messages = assemble_messages(self.spec, turn, self.now)
         tools = shared_openai_tools(self.spec)  # read-only, shared by every turn of this spec version
+        # What the first model call is sent, exactly (later calls append tool results and feedback, which
+        # the steps record), so a trace shows the prompt and tool schemas rather than a reconstruction.
+        self.trace.data["request"] = {"messages": [dict(m) for m in messages], "tools": tools}
         calls_this_attempt = 0
         while True:
             # The last call of an attempt may not call tools: the model must answer now.

@@ -63,6 +63,15 @@ class LoadedModel:
 
 _MODELS: dict[tuple[str, int, int], LoadedModel] = {}
 _MODELS_LOCK = threading.Lock()
+_loading_since: float | None = None  # set while a model file is being loaded (for the console's model state)
+
+
+def load_state() -> tuple[str, float | None]:
+    """("loaded", seconds the load took) / ("loading", seconds so far) / ("not loaded", None), this process."""
+    if _MODELS:
+        return "loaded", max(model.load_s for model in _MODELS.values())
+    since = _loading_since
+    return ("loading", time.perf_counter() - since) if since is not None else ("not loaded", None)
 
 
 @atexit.register
@@ -85,11 +94,14 @@ def load_model(path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: 
                 from llama_cpp import Llama
             except ImportError as error:
                 raise BackendError("the local backend needs llama-cpp-python: pip install llama-cpp-python") from error
-            started = time.perf_counter()
+            global _loading_since
+            started = _loading_since = time.perf_counter()
             try:
                 llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False)
             except (ValueError, RuntimeError) as error:
                 raise BackendError(f"could not load {path}: {error}") from error
+            finally:
+                _loading_since = None
             _MODELS[key] = LoadedModel(llama, path, time.perf_counter() - started, threading.Lock())
         return _MODELS[key]
 

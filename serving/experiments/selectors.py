@@ -8,6 +8,7 @@ from evaluation.metrics.latency import percentile
 from serving.experiments import statistics as stats
 from serving.experiments.services import experiment_arm_label
 from serving.models import Experiment, Rollup, Trace
+from serving.selection import DEFAULT_LABEL
 
 GUARDRAIL_WINDOW = 5000  # latest replies per arm used for latency percentiles
 
@@ -44,7 +45,7 @@ def experiment_snapshot(experiment: Experiment) -> dict:
         return {"experiment": {"id": experiment.pk, "key": experiment.key, "status": experiment.status,
                                "control_only": experiment.control_only, "stop_reason": experiment.stop_reason},
                 "arms": [], "metrics": [], "srm": None, "guardrails": [], "timeline": [],
-                "decision": {"status": "keep running", "rule": "the experiment has no arms"},
+                "decision": {"status": "no decision", "rule": "The experiment has no arms."},
                 "updated_at": timezone.now().isoformat(timespec="seconds")}
     control = arms[0]
     totals, series = _cumulative(Rollup.objects.filter(experiment=experiment))
@@ -67,7 +68,7 @@ def experiment_snapshot(experiment: Experiment) -> dict:
             sequentials.append((arm.name, shown))
             if shown.error:  # too little data for a test: say so rather than show a +0.0% change
                 row.update(change=None, ci_low=None, ci_high=None, p_value=None, seq_low=None, seq_high=None,
-                           fixed_low=None, fixed_high=None, fixed_p_value=None, note=shown.error)
+                           fixed_low=None, fixed_high=None, fixed_p_value=None, note=shown.error_text)
             else:
                 row.update(change=shown.delta, ci_low=shown.ci_low, ci_high=shown.ci_high,
                            p_value=always_valid.p_value, seq_low=shown.ci_low, seq_high=shown.ci_high,
@@ -84,7 +85,7 @@ def experiment_snapshot(experiment: Experiment) -> dict:
     srm_p = stats.srm_p_value(users, [a.weight for a in arms]) if sum(users) else None
     guardrails = _guardrails(experiment, arms)
     guardrail_failed = guardrail_violation(experiment, guardrails)
-    decision = _decision(sequentials, guardrail_failed, experiment)
+    decision = _decision_for_state(experiment, _decision(sequentials, guardrail_failed))
     timeline = []
     for bucket, cumulative in series:
         c = _arm_stats(cumulative.get(control.pk))
@@ -102,7 +103,7 @@ def experiment_snapshot(experiment: Experiment) -> dict:
         "srm": {"p_value": srm_p, "observed": users,
                 "expected": [sum(users) * a.weight for a in arms]},
         "guardrails": guardrails,
-        "decision": {"status": decision.status, "rule": decision.rule},
+        "decision": decision,
         "timeline": timeline,
         "updated_at": timezone.now().isoformat(timespec="seconds"),
     }
@@ -111,10 +112,8 @@ def experiment_snapshot(experiment: Experiment) -> dict:
 MIN_USERS_PER_ARM = 100
 
 
-def _decision(sequentials, guardrail_failed: str, experiment: Experiment) -> stats.Decision:
+def _decision(sequentials, guardrail_failed: str) -> stats.Decision:
     """One decision over the treatment arms: roll back beats ship beats keep running; the rules are shown."""
-    if experiment.control_only:
-        return stats.Decision(status="roll back", rule=experiment.stop_reason or "stopped: everyone on control")
     decisions = [(name, stats.decide(seq, min_users=MIN_USERS_PER_ARM, guardrail_failed=bool(guardrail_failed)))
                  for name, seq in sequentials]
     for status in ("roll back", "ship", "keep running"):
@@ -125,6 +124,51 @@ def _decision(sequentials, guardrail_failed: str, experiment: Experiment) -> sta
                 rule = f"guardrail: {guardrail_failed} · {rule}"
             return stats.Decision(status=status, rule=rule)
     return stats.Decision(status="keep running", rule="no treatment arm yet")
+
+
+# What the data said, in words for an experiment that is no longer running.
+_AT_STOP = {"ship": "the treatment was ahead", "roll back": "the treatment was behind or a guardrail failed",
+            "keep running": "no clear difference"}
+
+
+def _decision_for_state(experiment: Experiment, data: stats.Decision) -> dict:
+    """The decision card agrees with the experiment's state: a draft has none yet, a stopped experiment says
+    it stopped and why, and only a running one is told to keep running, ship or roll back."""
+    if experiment.status == Experiment.Status.DRAFT:
+        return {"status": "not started", "rule": "Start the experiment to assign viewers; nothing is measured yet."}
+    if experiment.status == Experiment.Status.STOPPED:
+        when = f" at {experiment.stopped_at:%Y-%m-%d %H:%M} UTC" if experiment.stopped_at else ""
+        after = ("everyone now gets the control arm" if experiment.control_only
+                 else "viewers get the harness's default label again")
+        return {"status": "rolled back" if experiment.control_only else "stopped",
+                "rule": f"Stopped{when}: {experiment.stop_reason or 'no reason given'}; {after}. "
+                        f"At the stop the data showed {_AT_STOP[data.status]} — {data.rule}"}
+    return {"status": data.status, "rule": data.rule}
+
+
+def experiment_arms(experiment: Experiment) -> list[dict]:
+    """What each arm runs: its harness version (a label is resolved to where it points now) and model."""
+    from django.conf import settings
+
+    labels = {label.name: label.version for label in experiment.harness.labels.select_related("version")}
+    react_version = labels.get(DEFAULT_LABEL) or experiment.harness.head  # as arm_selection picks it
+    rows = []
+    for arm in experiment.arms.select_related("version"):
+        version = {"version": arm.version, "label": labels.get(arm.label), "react": react_version}.get(arm.kind)
+        rows.append({
+            "name": arm.name, "weight": arm.weight, "kind": arm.get_kind_display(), "label": arm.label,
+            "version": version, "react": arm.kind == "react",
+            "missing_label": arm.kind == "label" and version is None,
+            "model": arm.backend or settings.MODEL_BACKEND, "default_model": not arm.backend,
+        })
+    return rows
+
+
+def guardrail_thresholds(experiment: Experiment) -> dict:
+    """The auto-stop thresholds as stored, with the defaults the check uses when one is left blank."""
+    rules = experiment.guardrails or {}
+    return {"latency_p95_ms": rules.get("latency_p95_ms"), "accuracy_drop": rules.get("accuracy_drop"),
+            "min_samples": int(rules.get("min_samples", 50)), "min_users": MIN_USERS_PER_ARM}
 
 
 def _guardrails(experiment: Experiment, arms) -> list[dict]:

@@ -214,6 +214,19 @@ class Uplift:
     error: str | None = None
 
     @property
+    def error_text(self) -> str:
+        """Why the test cannot run, as a sentence for people (the codes stay in `error` for programs)."""
+        if not self.error:
+            return ""
+        if min(self.n_control, self.n_treatment) <= 1:
+            return (f"not enough data yet: {self.n_control} in control and {self.n_treatment} in treatment "
+                    "(each side needs at least 2)")
+        if self.error == BASELINE_VARIATION_ZERO:
+            return "not enough data yet: the control's mean is 0, so a relative change is not defined"
+        return (f"not enough data yet: no variation within an arm ({self.n_control} in control, "
+                f"{self.n_treatment} in treatment, all with the same value on one side)")
+
+    @property
     def method(self) -> str:
         if self.sequential_tuning is None:
             return "fixed-horizon Welch t-test"
@@ -409,8 +422,7 @@ def decide(uplift_seq: Uplift, *, min_users: int, guardrail_failed: bool) -> Dec
     if guardrail_failed:
         return Decision("roll back", "Roll back: a guardrail failed (guardrails override the headline metric).")
     if uplift_seq.error:
-        return Decision("keep running", f"Keep running: not enough data to compare yet ({uplift_seq.error}; "
-                                        f"{users}).")
+        return Decision("keep running", f"Keep running: {uplift_seq.error_text}.")
     if uplift_seq.ci_high < 0:
         return Decision("roll back", f"Roll back: the {source} for the {what} is {interval}, entirely below 0.")
     if uplift_seq.ci_low > 0:

@@ -116,7 +116,8 @@ def test_latency_guardrail_stops_and_routes_everyone_to_control(setup):
     assert "latency P95" in reason and experiment.status == "stopped" and experiment.control_only
     assert AuditEvent.objects.filter(action="experiment.stop", actor_label="system:guardrail").exists()
     assert {reply(post, f"g{i}")["arm"] for i in range(6)} == {"exp:skills-vs-react:control"}
-    assert experiment_snapshot(experiment)["decision"]["status"] == "roll back"
+    decision = experiment_snapshot(experiment)["decision"]
+    assert decision["status"] == "rolled back" and "everyone now gets the control arm" in decision["rule"]
 
 
 def test_dashboard_page_renders_the_snapshot(client, members, setup):
