@@ -14,11 +14,14 @@ from django.conf import settings
 from django.db import connection
 
 
-def enqueue(task, *, args: list, queue: str) -> None:
+def enqueue(task, *, args: list, queue: str, countdown: float = 0) -> None:
+    """Start `task(*args)` on `queue`, `countdown` seconds from now."""
     if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=task.apply, kwargs={"args": args}, name=f"job-{task.name}", daemon=True).start()
+        job = threading.Timer(countdown, task.apply, kwargs={"args": args})
+        job.name, job.daemon = f"job-{task.name}", True
+        job.start()
     else:
-        task.apply_async(args=args, queue=queue)
+        task.apply_async(args=args, queue=queue, countdown=countdown or None)
 
 
 def _lock_keys(name: str, object_id: int) -> tuple[int, int]:
