@@ -217,7 +217,10 @@ class ToolRegistry:
             return ToolOutcome(error=str(exc), attempts=0, idempotency_key=key)
         for attempts in range(1, self.max_attempts(tool) + 1):
             try:
-                result = await asyncio.wait_for(call(args, ctx), timeout=tool.timeout_ms / 1000)
+                if getattr(call, "inline", False):  # runs to completion without yielding: no timeout applies
+                    result = await call(args, ctx)
+                else:
+                    result = await asyncio.wait_for(call(args, ctx), timeout=tool.timeout_ms / 1000)
                 json.dumps(result)  # malformed (unserialisable) output is an error, not a crash
                 return done(attempts, result=result)
             except TimeoutError:
@@ -296,6 +299,7 @@ def _inline(fn: Builtin) -> Callable[[Mapping[str, Any], ToolContext], Awaitable
     async def call(args: Mapping[str, Any], ctx: ToolContext) -> Any:
         return fn(args, ctx)
 
+    call.inline = True
     return call
 
 
