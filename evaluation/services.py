@@ -223,6 +223,17 @@ def run_cancel(*, actor: Actor, run: EvalRun) -> EvalRun:
 
 # Execution (inside the worker) ---------------------------------------------------------------------
 
+def _drain(outcomes: queue.Queue) -> list:
+    """The next item (waiting for it), then whatever else is already there, up to the end marker None."""
+    items = [outcomes.get()]
+    while items[-1] is not None:
+        try:
+            items.append(outcomes.get_nowait())
+        except queue.Empty:
+            break
+    return items
+
+
 def _save_result(run: EvalRun, case: EvalCase, outcome) -> EvalResult | None:
     """Store one case's result; None if it was already stored (a re-delivered task), never twice."""
     try:
@@ -314,22 +325,28 @@ def run_execute(*, run_id: int) -> str:
     worker = threading.Thread(target=evaluate_all, name=f"eval-run-{run_id}", daemon=True)
     worker.start()
     last_published = last_cancel_check = 0.0
-    failure = None
-    while (item := outcomes.get()) is not None:
-        if isinstance(item, BaseException):
-            failure = item
-            continue
-        case, outcome = item
-        saved = _save_result(run, case, outcome)
-        if saved is not None:
-            tally.add(saved)
+    failure, finished = None, False
+    while not finished:
+        items = _drain(outcomes)
+        finished = items and items[-1] is None
+        pairs = []
+        for item in items:
+            if isinstance(item, BaseException):
+                failure = item
+            elif item is not None:
+                pairs.append(item)
+        # Every case that finished meanwhile in one commit (a commit per case bounded the run on SQLite).
+        with transaction.atomic():
+            saved = [row for case, outcome in pairs if (row := _save_result(run, case, outcome)) is not None]
+        for row in saved:
+            tally.add(row)
         now = time.monotonic()
         if now - last_cancel_check > 0.5:
             last_cancel_check = now
             if EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists():
                 cancel.set()
         # Progress at most every PROGRESS_EVERY_S, from the running tally (no re-read of the results so far).
-        if saved is not None and now - last_published > PROGRESS_EVERY_S:
+        if saved and now - last_published > PROGRESS_EVERY_S:
             last_published = now
             publish_progress_sync(run_id, progress_payload(run_id, EvalRun.Status.RUNNING, run.total, tally))
     worker.join()

@@ -342,7 +342,8 @@ def test_progress_comes_from_a_running_tally_not_a_reread_per_publish(workspace,
     assert services.run_execute(run_id=run.pk) == "done"
     run.refresh_from_db()
     assert reads == [run.pk, run.pk]
-    assert [p["done"] for p in published] == [*range(1, 17), 16]
+    done = [p["done"] for p in published]  # cases finishing together are saved (and published) together
+    assert done == sorted(set(done[:-1])) + [16] and done[-2] == 16
     assert published[-1]["status"] == "done" and published[-1]["summary"] == run.summary == run_progress(run.pk)["summary"]
     assert published[-2]["summary"] == run.summary  # the running tally ends where the stored rows do
 
