@@ -14,14 +14,11 @@ from django.conf import settings
 from django.db import connection
 
 
-def enqueue(task, *, args: list, queue: str, countdown: float = 0) -> None:
-    """Start `task(*args)` on `queue`, `countdown` seconds from now."""
+def enqueue(task, *, args: list, queue: str) -> None:
     if settings.CELERY_TASK_ALWAYS_EAGER:
-        job = threading.Timer(countdown, task.apply, kwargs={"args": args})
-        job.name, job.daemon = f"job-{task.name}", True
-        job.start()
+        threading.Thread(target=task.apply, kwargs={"args": args}, name=f"job-{task.name}", daemon=True).start()
     else:
-        task.apply_async(args=args, queue=queue, countdown=countdown or None)
+        task.apply_async(args=args, queue=queue)
 
 
 def _lock_keys(name: str, object_id: int) -> tuple[int, int]:

@@ -1,5 +1,4 @@
-"""Celery tasks of the serving package: judging sampled live traffic, the experiments' auto-stop guardrail,
-publishing dashboard snapshots."""
+"""Celery tasks of the serving package: judging sampled live traffic, the experiments' auto-stop guardrail."""
 
 import asyncio
 
@@ -56,12 +55,3 @@ def check_guardrails(experiment_id: int) -> str:
                     reason=f"auto-stop guardrail: {reason}", control_only=True)
     return reason
 
-
-@shared_task(name="serving.publish_experiment_snapshot", time_limit=60, ignore_result=True)
-def publish_experiment_snapshot(experiment_id: int) -> str:
-    """Push an experiment's dashboard snapshot to its websocket group (scheduled, debounced, by
-    serving.experiments.live.publish_experiment; never computed inside a reply request)."""
-    from serving.experiments.live import experiment_send
-
-    experiment_send(experiment_id)
-    return "sent"

@@ -1,11 +1,12 @@
-"""Dashboard updates over Channels: the experiment's group name and a debounced publisher (a worker task)."""
+"""Dashboard updates over Channels: the experiment's group name and a debounced publisher off the request path."""
 
 import logging
+import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 
 from serving.models import Experiment
 
@@ -22,7 +23,7 @@ def _debounce_key(experiment_id: int) -> str:
 
 
 def experiment_send(experiment_id: int) -> None:
-    """Compute the experiment's snapshot and push it to its dashboard group (the worker task's body)."""
+    """Compute the experiment's snapshot and push it to its dashboard group."""
     from serving.experiments.selectors import experiment_snapshot
 
     # Cleared before reading, so a change committed from now on schedules a new task (nothing is missed).
@@ -34,23 +35,39 @@ def experiment_send(experiment_id: int) -> None:
                                         {"type": "experiment.update", "payload": experiment_snapshot(experiment)})
 
 
-def _schedule(experiment_id: int) -> None:
-    from console.jobs import enqueue
-    from serving.tasks import publish_experiment_snapshot
+def _publish_after_delay(experiment_id: int) -> None:
+    """Runs on a timer thread of this process, off every request; its own connection is closed after."""
+    try:
+        experiment_send(experiment_id)
+    except Exception:  # a dashboard refresh must never break anything else
+        log.exception("could not publish experiment %s", experiment_id)
+    finally:
+        connection.close()
 
+
+def _publish_later(experiment_id: int) -> None:
+    timer = threading.Timer(PUBLISH_EVERY_S, _publish_after_delay, args=[experiment_id])
+    timer.daemon = True
+    timer.start()
+
+
+def _schedule(experiment_id: int) -> None:
     try:
         if cache.add(_debounce_key(experiment_id), 1, timeout=PUBLISH_EVERY_S * 30):
-            enqueue(publish_experiment_snapshot, args=[experiment_id], queue="cpu", countdown=PUBLISH_EVERY_S)
+            _publish_later(experiment_id)
     except Exception:  # a dashboard refresh must never break the request that changed the data
         log.exception("could not schedule a dashboard update of experiment %s", experiment_id)
 
 
 def publish_experiment(experiment: Experiment) -> None:
-    """Have a worker push a fresh snapshot to the dashboard, at most about once a second per experiment.
+    """Push a fresh snapshot to the dashboard about a second after a change, at most about once a second per
+    experiment across every process, and never inside the request that made the change.
 
-    Never computed in the caller's request: after commit, the first change schedules a task that runs
-    PUBLISH_EVERY_S later; changes until it starts are covered by that task (it reads after they
-    committed), later ones schedule the next. The key's timeout only matters if a task is lost.
+    After commit, the first change (a Redis key shared by all processes) starts a timer thread here that
+    computes and sends the snapshot PUBLISH_EVERY_S later; changes until then are covered by it (it clears
+    the key, then reads, so a change committed after the read schedules the next one). Not a Celery task:
+    on the `cpu` queue it would wait behind eval runs and judging, and the dashboard would freeze meanwhile.
+    The key's timeout only matters if a process dies before its timer fires.
     """
     experiment_id = experiment.pk
     transaction.on_commit(lambda: _schedule(experiment_id))

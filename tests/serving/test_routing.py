@@ -116,21 +116,18 @@ def test_reply_in_an_experiment_schedules_the_dashboard_instead_of_computing_it(
 
     scheduled = []
     monkeypatch.setattr(selectors, "experiment_snapshot", no_snapshot)
-    monkeypatch.setattr("console.jobs.enqueue", lambda task, *, args, queue, countdown=0: scheduled.append(
-        (task.name, args, countdown)))
+    monkeypatch.setattr(live, "_publish_later", scheduled.append)
     with django_capture_on_commit_callbacks(execute=True):
         for i in range(5):
             response = client.post("/api/v1/rooms/demo-room/reply", json.dumps({"message": "hi", "viewer_id": f"v{i}"}),
                                    content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
             assert response.status_code == 200, response.content
-    # Five replies (five exposures): one debounced task, a second later.
-    assert [s for s in scheduled if s[0] == "serving.publish_experiment_snapshot"] == [
-        ("serving.publish_experiment_snapshot", [experiment.pk], live.PUBLISH_EVERY_S)]
+    # Five replies (five exposures): one debounced publication, on a timer thread a second later.
+    assert scheduled == [experiment.pk]
 
 
-def test_the_publish_task_sends_the_snapshot_and_reopens_the_debounce(workspace, harness, monkeypatch):
+def test_the_publisher_sends_the_snapshot_and_reopens_the_debounce(workspace, harness, monkeypatch):
     from serving.experiments import live
-    from serving.tasks import publish_experiment_snapshot
 
     harness_services.label_move(actor=SYSTEM, harness=harness, name="production", version=harness.head, reason="go")
     experiment = experiment_create(actor=SYSTEM, workspace=workspace, key="sent", harness=harness, arms=[
@@ -144,7 +141,7 @@ def test_the_publish_task_sends_the_snapshot_and_reopens_the_debounce(workspace,
 
     monkeypatch.setattr(live, "get_channel_layer", lambda: Layer())
     cache.set(f"experiment-publish:{experiment.pk}", 1)
-    assert publish_experiment_snapshot(experiment.pk) == "sent"
+    live.experiment_send(experiment.pk)
     assert sent[0][0] == f"experiment-{experiment.pk}" and sent[0][1]["type"] == "experiment.update"
     assert sent[0][1]["payload"]["experiment"]["key"] == "sent"
     assert cache.get(f"experiment-publish:{experiment.pk}") is None  # the next change schedules again
