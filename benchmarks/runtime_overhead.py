@@ -1,13 +1,15 @@
 """Runtime and API overhead, and the offline model's speed. Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/runtime_overhead.py [--turns 2000] [--requests 400] [--skip-api] [--skip-model]
+                                                    [--servers daphne uvicorn]
 
 1. Runtime overhead per turn: the demo harness with an instant scripted model (load_skill +
    get_product_info_by_link_id, then a reply): everything but the model — hooks, prompt assembly,
    tool calls, trace — in µs (p50/p95).
-2. The API's added latency over the model call: a real Daphne server (SQLite in a temp dir, or
-   DATABASE_URL) with the scripted model, at concurrency 1 and 32: requests/s and p50/p99 of
-   (HTTP latency − model time reported in the trace).
+2. The API's added latency over the model call: a real ASGI server (Daphne, and uvicorn with uvloop and
+   httptools when installed) on an embedded workspace (SQLite in a temp dir) with the scripted model,
+   at concurrency 1 and 32 and two request counts: requests/s and p50/p99 of the HTTP latency (the
+   scripted model answers at once, so all of it is added by the stack).
 3. The offline model (local backend): load time and decode tokens/s.
 """
 
@@ -130,7 +132,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def bench_api(requests: int) -> None:
+SERVERS = {
+    "daphne": lambda port: [str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
+    # uvicorn[standard]: uvloop event loop, httptools HTTP parser, websockets; one process, like Daphne here.
+    "uvicorn": lambda port: [sys.executable, "-m", "uvicorn", "console.asgi:application", "--port", str(port),
+                             "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"],
+}
+
+
+def bench_api(requests: int, servers: list[str]) -> None:
     import httpx
     from embedded import embedded_workspace, last_line
 
@@ -141,46 +151,49 @@ def bench_api(requests: int) -> None:
                              "from serving.services import api_key_create; "
                              "print(api_key_create(actor=Actor.system('bench'), "
                              "workspace=Workspace.objects.get(slug='demo'), name='bench', scopes=['read'])[1])"))
-    port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
-                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/api/v1/rooms/demo-room/reply"
-    try:
-        for _ in range(100):
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    for server_name in servers:
+        port = free_port()
+        server = subprocess.Popen(SERVERS[server_name](port), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}/api/v1/rooms/demo-room/reply"
+        try:
+            for _ in range(100):
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
 
-        async def run(concurrency: int):
-            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60,
-                                         limits=httpx.Limits(max_connections=concurrency)) as client:
-                added, queue = [], list(range(requests))
+            async def run(concurrency: int, count: int, url: str = url):
+                async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60,
+                                             limits=httpx.Limits(max_connections=concurrency)) as client:
+                    added, queue = [], list(range(count))
 
-                async def worker():
-                    while queue:
-                        i = queue.pop()
-                        started = time.perf_counter()
-                        response = await client.post(url, json={"message": "How much is L001 now?", "viewer_id": f"v{i}"})
-                        elapsed_ms = (time.perf_counter() - started) * 1000
-                        body = response.json()
-                        assert response.status_code == 200 and body["outcome"] == "replied", body
-                        added.append(elapsed_ms)  # the scripted model takes ~0 ms: all of it is added latency
+                    async def worker():
+                        while queue:
+                            i = queue.pop()
+                            started = time.perf_counter()
+                            response = await client.post(url, json={"message": "How much is L001 now?",
+                                                                    "viewer_id": f"v{i}"})
+                            elapsed_ms = (time.perf_counter() - started) * 1000
+                            body = response.json()
+                            assert response.status_code == 200 and body["outcome"] == "replied", body
+                            added.append(elapsed_ms)  # the scripted model takes ~0 ms: all of it is added
 
-                started = time.perf_counter()
-                await asyncio.gather(*(worker() for _ in range(concurrency)))
-                wall = time.perf_counter() - started
-                return added, wall
+                    started = time.perf_counter()
+                    await asyncio.gather(*(worker() for _ in range(concurrency)))
+                    return added, time.perf_counter() - started
 
-        asyncio.run(run(1))  # warm-up
-        for concurrency in (1, 32):
-            added, wall = asyncio.run(run(concurrency))
-            print(f"API added latency, concurrency {concurrency:>2} ({requests} requests, Daphne, scripted model): "
-                  f"{requests / wall:.0f} req/s, p50 {pct(added, 50):.1f} ms, p99 {pct(added, 99):.1f} ms")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+            asyncio.run(run(1, 50))  # warm-up
+            for concurrency in (1, 32):
+                for count in (requests // 4, requests):  # the cost per request should not grow with the count
+                    added, wall = asyncio.run(run(concurrency, count))
+                    print(f"API added latency, {server_name}, concurrency {concurrency:>2}, {count:>4} requests "
+                          f"(scripted model, SQLite): {count / wall:.0f} req/s, p50 {pct(added, 50):.1f} ms, "
+                          f"p99 {pct(added, 99):.1f} ms", flush=True)
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
 
 
 def bench_model() -> None:
@@ -211,10 +224,12 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--skip-api", action="store_true")
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--servers", nargs="+", default=["daphne", "uvicorn"], choices=sorted(SERVERS),
+                        help="ASGI servers to measure the API under (uvicorn needs uvicorn[standard] installed)")
     parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     args = parser.parse_args()
     bench_runtime(args.turns)
     if not args.skip_api:
-        bench_api(args.requests)
+        bench_api(args.requests, args.servers)
     if not args.skip_model:
         bench_model()

@@ -8,6 +8,47 @@ from console.models import Workspace
 from evaluation.models import EvalResult, EvalRun, EvalSet, EvalSetVersion
 
 
+class Tally:
+    """Running sums behind `summarise`: results are added one at a time, the summary read at any point
+    (a run's live progress adds each finished case instead of re-reading every result so far)."""
+
+    def __init__(self, results=()) -> None:
+        self.sums = defaultdict(lambda: defaultdict(float))
+        self.present = defaultdict(lambda: defaultdict(int))
+        self.counts, self.abstained = defaultdict(int), defaultdict(int)
+        for result in results:
+            self.add(result)
+
+    def add(self, result) -> None:
+        values = {**result.scores, "accuracy": result.accuracy, "effectiveness": result.effectiveness}
+        for key in ("overall", result.category):
+            self.counts[key] += 1
+            self.abstained[key] += int(bool(getattr(result, "abstained", False)))
+            for metric, value in values.items():
+                if value is not None:
+                    self.sums[key][metric] += value
+                    self.present[key][metric] += 1
+
+    @property
+    def done(self) -> int:
+        return self.counts.get("overall", 0)
+
+    def summary(self) -> dict:
+        summary = {}
+        for key in sorted(self.counts, key=lambda k: (k != "overall", k)):
+            totals = self.sums[key]
+            row = {"n": self.counts[key], "abstained": self.abstained[key],
+                   **{m: round(v / self.present[key][m], 4) for m, v in sorted(totals.items())
+                      if m not in ("instructions", "followed_strict", "followed_loose")}}
+            for metric in ("accuracy", "effectiveness"):
+                row.setdefault(metric, None)  # every case abstained: no mean, not 0
+            if totals.get("instructions"):
+                row["instruction_level_strict"] = round(totals["followed_strict"] / totals["instructions"], 4)
+                row["instruction_level_loose"] = round(totals["followed_loose"] / totals["instructions"], 4)
+            summary[key] = row
+        return summary
+
+
 def summarise(results) -> dict:
     """Overall and per-category means of every score, with counts.
 
@@ -17,39 +58,24 @@ def summarise(results) -> dict:
     IFEval's instruction-level accuracy is pooled over instructions (not a mean of per-prompt
     fractions), as the official definition has it.
     """
-    sums = defaultdict(lambda: defaultdict(float))
-    present = defaultdict(lambda: defaultdict(int))
-    counts, abstained = defaultdict(int), defaultdict(int)
-    for result in results:
-        values = {**result.scores, "accuracy": result.accuracy, "effectiveness": result.effectiveness}
-        for key in ("overall", result.category):
-            counts[key] += 1
-            abstained[key] += int(bool(getattr(result, "abstained", False)))
-            for metric, value in values.items():
-                if value is not None:
-                    sums[key][metric] += value
-                    present[key][metric] += 1
-    summary = {}
-    for key in sorted(counts, key=lambda k: (k != "overall", k)):
-        totals = sums[key]
-        row = {"n": counts[key], "abstained": abstained[key],
-               **{m: round(v / present[key][m], 4) for m, v in sorted(totals.items())
-                  if m not in ("instructions", "followed_strict", "followed_loose")}}
-        for metric in ("accuracy", "effectiveness"):
-            row.setdefault(metric, None)  # every case abstained: no mean, not 0
-        if totals.get("instructions"):
-            row["instruction_level_strict"] = round(totals["followed_strict"] / totals["instructions"], 4)
-            row["instruction_level_loose"] = round(totals["followed_loose"] / totals["instructions"], 4)
-        summary[key] = row
-    return summary
+    return Tally(results).summary()
+
+
+def run_tally(run_id: int) -> Tally:
+    """The tally of a run's results stored so far (one read; a resumed run starts from it)."""
+    results = EvalResult.objects.filter(run_id=run_id).only("category", "accuracy", "effectiveness", "scores",
+                                                             "abstained")
+    return Tally(results.iterator(chunk_size=2000))
+
+
+def progress_payload(run_id: int, status: str, total: int, tally: Tally) -> dict:
+    return {"run": run_id, "status": status, "done": tally.done, "total": total, "summary": tally.summary()}
 
 
 def run_progress(run_id: int) -> dict:
+    """A run's progress read from the database (a page or socket opening; the runner keeps its own tally)."""
     run = EvalRun.objects.get(pk=run_id)
-    results = list(EvalResult.objects.filter(run_id=run_id).only("category", "accuracy", "effectiveness", "scores",
-                                                                  "abstained"))
-    return {"run": run_id, "status": run.status, "done": len(results), "total": run.total,
-            "summary": summarise(results)}
+    return progress_payload(run_id, run.status, run.total, run_tally(run_id))
 
 
 def eval_sets(workspace: Workspace, *, archived: bool = False):

@@ -19,12 +19,13 @@ from console.services import archived_set, audit_record
 from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
-from evaluation.selectors import run_progress, summarise
+from evaluation.selectors import progress_payload, run_tally
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
 from harness.runtime import HttpPolicy
 from harness.simulator.cases import Case
 from serving.backends import backend_names
+from serving.backends.openai import close_shared_clients
 from serving.model_config import backend_for
 
 log = logging.getLogger(__name__)
@@ -222,20 +223,30 @@ def run_cancel(*, actor: Actor, run: EvalRun) -> EvalRun:
 
 # Execution (inside the worker) ---------------------------------------------------------------------
 
-def _save_result(run: EvalRun, case: EvalCase, outcome) -> bool:
-    """Store one case's result; False if it was already stored (a re-delivered task), never twice."""
+def _drain(outcomes: queue.Queue) -> list:
+    """The next item (waiting for it), then whatever else is already there, up to the end marker None."""
+    items = [outcomes.get()]
+    while items[-1] is not None:
+        try:
+            items.append(outcomes.get_nowait())
+        except queue.Empty:
+            break
+    return items
+
+
+def _save_result(run: EvalRun, case: EvalCase, outcome) -> EvalResult | None:
+    """Store one case's result; None if it was already stored (a re-delivered task), never twice."""
     try:
         with transaction.atomic():
-            EvalResult.objects.create(
+            return EvalResult.objects.create(
                 run=run, case=case, category=case.category, accuracy=outcome.accuracy,
                 effectiveness=outcome.effectiveness, scores=outcome.scores, reasons=list(outcome.reasons),
                 judge_version=outcome.judge_version[:200], outcome=outcome.outcome, latency_ms=outcome.latency_ms,
                 reply=outcome.reply, trace=outcome.trace, abstained=outcome.abstained,
                 judge_models=list(outcome.judge_models), judge_hash=outcome.judge_hash,
             )
-        return True
     except IntegrityError:
-        return False
+        return None
 
 
 def judge_models() -> dict:
@@ -279,6 +290,9 @@ def resolve_judge(name: str, backend: str | None):
     return get_judge(name)
 
 
+PROGRESS_EVERY_S = 0.5  # live progress at most this often (each message costs a summary of the tally)
+
+
 def run_execute(*, run_id: int) -> str:
     """Evaluate the run's remaining cases with bounded concurrency; resumable and cancellable.
 
@@ -307,25 +321,34 @@ def run_execute(*, run_id: int) -> str:
         finally:
             outcomes.put(None)
 
+    tally = run_tally(run_id)  # read once; each case saved below is added to it
     worker = threading.Thread(target=evaluate_all, name=f"eval-run-{run_id}", daemon=True)
     worker.start()
     last_published = last_cancel_check = 0.0
-    failure = None
-    while (item := outcomes.get()) is not None:
-        if isinstance(item, BaseException):
-            failure = item
-            continue
-        case, outcome = item
-        saved = _save_result(run, case, outcome)
+    failure, finished = None, False
+    while not finished:
+        items = _drain(outcomes)
+        finished = items and items[-1] is None
+        pairs = []
+        for item in items:
+            if isinstance(item, BaseException):
+                failure = item
+            elif item is not None:
+                pairs.append(item)
+        # Every case that finished meanwhile in one commit (a commit per case bounded the run on SQLite).
+        with transaction.atomic():
+            saved = [row for case, outcome in pairs if (row := _save_result(run, case, outcome)) is not None]
+        for row in saved:
+            tally.add(row)
         now = time.monotonic()
         if now - last_cancel_check > 0.5:
             last_cancel_check = now
             if EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists():
                 cancel.set()
-        # Progress at most twice a second: the summary reads every result so far.
-        if saved and now - last_published > 0.5:
+        # Progress at most every PROGRESS_EVERY_S, from the running tally (no re-read of the results so far).
+        if saved and now - last_published > PROGRESS_EVERY_S:
             last_published = now
-            publish_progress_sync(run_id, run_progress(run_id))
+            publish_progress_sync(run_id, progress_payload(run_id, EvalRun.Status.RUNNING, run.total, tally))
     worker.join()
     if failure is not None:
         log.error("eval run %s failed: %s", run_id, failure)
@@ -334,13 +357,14 @@ def run_execute(*, run_id: int) -> str:
         raise failure
     cancelled = cancel.is_set() or EvalRun.objects.filter(pk=run_id, cancel_requested=True).exists()
     status = EvalRun.Status.CANCELLED if cancelled else EvalRun.Status.DONE
-    results = list(EvalResult.objects.filter(run_id=run_id))
-    errored = [r for r in results if r.outcome == ERRORED]
-    note = (f"{len(errored)} of {len(results)} case(s) errored and count as failed; first: "
-            f"{errored[0].trace.get('error', '')}")[:2000] if errored else ""
-    EvalRun.objects.filter(pk=run_id).update(status=status, summary=summarise(results), finished_at=timezone.now(),
+    final = run_tally(run_id)  # from the stored rows: exact even if another delivery saved some of them
+    errored = EvalResult.objects.filter(run_id=run_id, outcome=ERRORED)
+    first_error = errored.order_by("pk").values_list("trace", flat=True).first()
+    note = (f"{errored.count()} of {final.done} case(s) errored and count as failed; first: "
+            f"{first_error.get('error', '')}")[:2000] if first_error is not None else ""
+    EvalRun.objects.filter(pk=run_id).update(status=status, summary=final.summary(), finished_at=timezone.now(),
                                              error=note)
-    publish_progress_sync(run_id, run_progress(run_id))
+    publish_progress_sync(run_id, progress_payload(run_id, status, run.total, final))
     return status
 
 
@@ -366,7 +390,10 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
                     await close()
             emit((case, outcome))
 
-    await asyncio.gather(*(one(case) for case in pending))
+    try:
+        await asyncio.gather(*(one(case) for case in pending))
+    finally:
+        await close_shared_clients()  # this run's loop ends here: close its pooled HTTP clients
 
 
 DEFAULT_GATE = {"metrics": ["accuracy", "effectiveness"], "max_drop": 0.02, "confidence": 0.95, "method": "bootstrap",
@@ -411,14 +438,18 @@ def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, ga
                     "case__case_id", "accuracy", "effectiveness", "scores", "outcome")}
 
     a, b = per_case(baseline), per_case(candidate)
-    comparison = compare_runs(a, b, confidence=confidence, method=rule["method"])
-    verdict = RegressionGate(metrics=tuple(rule["metrics"]), max_drop=max_drop, confidence=confidence,
-                             method=rule["method"], rule=rule["rule"], min_cases=min_cases,
-                             max_safety_net_share=rule["max_safety_net_share"]).check(a, b)
+    gate = RegressionGate(metrics=tuple(rule["metrics"]), max_drop=max_drop, confidence=confidence,
+                          method=rule["method"], rule=rule["rule"], min_cases=min_cases,
+                          max_safety_net_share=rule["max_safety_net_share"])
+    # One comparison (one bootstrap per metric) serves both the stored metrics and the gate's verdict.
+    reported = {m for run in (a, b) for row in run.values() for m in row}
+    comparison = compare_runs(a, b, sorted(reported | set(gate.metrics)), confidence=confidence,
+                              method=rule["method"], n_resamples=gate.n_resamples, seed=gate.seed)
+    verdict = gate.evaluate(comparison, candidate=b)
     metrics = {name: {"n": m.n, "baseline": m.baseline_mean, "candidate": m.candidate_mean, "delta": m.delta,
                       "ci_low": m.ci_low, "ci_high": m.ci_high, "mcnemar_p": m.mcnemar_p,
                       "regressed": list(m.regressed), "improved": list(m.improved), "unpaired": list(m.unpaired)}
-               for name, m in comparison.metrics.items()}
+               for name, m in comparison.metrics.items() if name in reported}
     abstained = {"baseline": baseline.results.filter(abstained=True).count(),
                  "candidate": candidate.results.filter(abstained=True).count()}
     with transaction.atomic():

@@ -14,6 +14,7 @@ from console.identifiers import check_identifier
 from console.models import Workspace
 from console.services import archived_set, audit_record
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
+from harness.routing import routing_changed
 from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
 
 PROTECTED_LABELS = frozenset({"production"})
@@ -239,6 +240,7 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
         else:
             label.version = version
             label.save(update_fields=["version", "updated_at"])
+        routing_changed(harness.pk)
         move = LabelMove.objects.create(label=label, from_version=previous, to_version=version,
                                         actor_kind=actor.kind, actor_label=actor.label, reason=reason[:500])
         audit_record(actor=actor, workspace=harness.workspace, action="label.move", target_type="label",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from harness import selectors
 from harness.models import Harness, HarnessVersion
+from harness.routing import remembered
 
 DEFAULT_LABEL = "production"
 
@@ -20,6 +21,7 @@ class Selection:
     arm: str  # "label:production", "pinned:v3", or an experiment's arm name
     baseline: bool = False  # True when the arm is the ReAct control
     backend: str = ""  # the model an experiment's arm answers with; empty: the request's or the default
+    experiment: object = None  # the experiment whose arm this is (serving.models.Experiment), if any
 
 
 ExperimentSelector = Callable[[Harness, str, str], Selection | None]
@@ -42,4 +44,9 @@ def select_version(*, harness: Harness, viewer_id: str, room_id: str, label: str
             if chosen is not None:
                 return chosen
     label = label or DEFAULT_LABEL
-    return Selection(selectors.version_by_label(harness, label), arm=f"label:{label}")
+    return Selection(label_version(harness, label), arm=f"label:{label}")
+
+
+def label_version(harness: Harness, label: str) -> HarnessVersion:
+    """The version `label` points at, remembered per process until a label of this harness moves."""
+    return remembered(harness.pk, ("label", label), lambda: selectors.version_by_label(harness, label))

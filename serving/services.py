@@ -174,10 +174,10 @@ def room_reply(
     # Written before the trace id is returned, in this request's unit of work (see serving/traces.py).
     trace_store(trace_row(workspace_id=workspace.pk, data=result.trace, source=source, harness_id=harness.pk,
                                   version_id=selection.version.pk if selection else None))
-    if selection is not None and selection.arm.startswith("exp:"):  # an experiment's arm
+    if selection is not None and selection.experiment is not None:  # an experiment's arm
         from serving.experiments.live import after_experiment_reply
 
-        after_experiment_reply(workspace=workspace, arm=selection.arm, trace_id=result.trace["trace_id"])
+        after_experiment_reply(experiment=selection.experiment, trace_id=result.trace["trace_id"])
     return ReplyOutcome(result=result, selection=selection, harness=harness)
 
 

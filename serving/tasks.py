@@ -57,3 +57,4 @@ def check_guardrails(experiment_id: int) -> str:
                                  reason=f"auto-stop guardrail: {reason}", control_only=True)
     publish_experiment(experiment)  # open dashboards show the stop (and reload their buttons)
     return reason
+

@@ -107,7 +107,10 @@ class _Turn:
                 if last_call:
                     raise self._fallback(f"still calling tools after {self.settings.max_turns} model calls")
                 messages.append(_assistant_message(response))
-                results = await asyncio.gather(*(self._run_tool(call) for call in response.tool_calls))
+                if len(response.tool_calls) == 1:  # nothing to run beside it: no task needed
+                    results = [await self._run_tool(response.tool_calls[0])]
+                else:
+                    results = await asyncio.gather(*(self._run_tool(call) for call in response.tool_calls))
                 for call, content in zip(response.tool_calls, results, strict=True):
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 continue
@@ -258,7 +261,8 @@ async def run_turn(spec: HarnessSpec, turn: TurnInput, backend: ModelBackend, to
     state = _Turn(spec, turn, backend, tools or ToolRegistry(), trace, now)
     deadline = spec.settings.deadline_s if deadline_s is None else deadline_s
     try:
-        outcome, reply, silent, reason = await asyncio.wait_for(state.run(), timeout=deadline)
+        async with asyncio.timeout(deadline):  # (not wait_for: no extra task per turn)
+            outcome, reply, silent, reason = await state.run()
     except TimeoutError:
         reply = spec.settings.fallback_reply
         outcome, silent, reason = "deadline", not reply, f"deadline of {deadline:g} s reached"

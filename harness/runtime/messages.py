@@ -92,10 +92,13 @@ def ungrounded_numbers(reply: str, messages: list[dict[str, Any]], facts: tuple[
     pass, which is exactly the risk the check is for. Only what a tool returned this turn, and the
     facts the operator configured for the room (`RoomContext.facts`), count.
     """
+    claimed = dict.fromkeys(_numbers(reply))
+    if not claimed:  # most replies state no number: nothing to look up
+        return []
     grounded = set()
     for message in messages:
         if message.get("role") == "tool":
             grounded.update(_numbers(str(message.get("content") or "")))
     for fact in facts:
         grounded.update(_numbers(fact))
-    return [n for n in dict.fromkeys(_numbers(reply)) if n not in grounded]
+    return [n for n in claimed if n not in grounded]

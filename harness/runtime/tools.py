@@ -21,6 +21,7 @@ import inspect
 import ipaddress
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -216,7 +217,10 @@ class ToolRegistry:
             return ToolOutcome(error=str(exc), attempts=0, idempotency_key=key)
         for attempts in range(1, self.max_attempts(tool) + 1):
             try:
-                result = await asyncio.wait_for(call(args, ctx), timeout=tool.timeout_ms / 1000)
+                if getattr(call, "inline", False):  # runs to completion without yielding: no timeout applies
+                    result = await call(args, ctx)
+                else:
+                    result = await asyncio.wait_for(call(args, ctx), timeout=tool.timeout_ms / 1000)
                 json.dumps(result)  # malformed (unserialisable) output is an error, not a crash
                 return done(attempts, result=result)
             except TimeoutError:
@@ -250,23 +254,19 @@ class ToolRegistry:
         headers = {"Host": parts.netloc.rpartition("@")[2]}
         if idempotency_key and method.upper() != "GET":
             headers["Idempotency-Key"] = idempotency_key
-        client = self.http or httpx.AsyncClient()
+        client = self.http or _shared_http(host)
+        request = client.build_request(method.upper(), pinned, params=args if method.upper() == "GET" else None,
+                                       json=None if method.upper() == "GET" else args, headers=headers,
+                                       extensions={"sni_hostname": host})
+        response = await client.send(request, stream=True)
         try:
-            request = client.build_request(method.upper(), pinned, params=args if method.upper() == "GET" else None,
-                                           json=None if method.upper() == "GET" else args, headers=headers,
-                                           extensions={"sni_hostname": host})
-            response = await client.send(request, stream=True)
-            try:
-                body = b""
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_HTTP_BYTES:
-                        raise ToolError(f"response larger than {MAX_HTTP_BYTES // 1024} KiB")
-            finally:
-                await response.aclose()
+            body = b""
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_HTTP_BYTES:
+                    raise ToolError(f"response larger than {MAX_HTTP_BYTES // 1024} KiB")
         finally:
-            if self.http is None:
-                await client.aclose()
+            await response.aclose()
         if response.status_code in (401, 403):
             raise ToolPermissionError(f"HTTP {response.status_code}")
         if response.status_code >= 400:
@@ -277,10 +277,29 @@ class ToolRegistry:
             raise ValueError(f"response is not JSON ({exc})") from None
 
 
+# One client per event loop and host for HTTP bindings, so a tool call reuses the connections (and the TLS
+# context, 20-40 ms to build) of earlier calls to the same host. Per host because connections are made to the
+# pinned address: one made for one host name must not carry another's requests. Ended loops' pools are dropped.
+_HTTP_CLIENTS: dict[tuple[asyncio.AbstractEventLoop, str], httpx.AsyncClient] = {}
+_HTTP_LOCK = threading.Lock()
+
+
+def _shared_http(host: str) -> httpx.AsyncClient:
+    key = (asyncio.get_running_loop(), host)
+    with _HTTP_LOCK:
+        client = _HTTP_CLIENTS.get(key)
+        if client is None or client.is_closed:
+            for ended in [other for other in _HTTP_CLIENTS if other[0].is_closed()]:
+                del _HTTP_CLIENTS[ended]
+            client = _HTTP_CLIENTS[key] = httpx.AsyncClient()
+    return client
+
+
 def _inline(fn: Builtin) -> Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]:
     async def call(args: Mapping[str, Any], ctx: ToolContext) -> Any:
         return fn(args, ctx)
 
+    call.inline = True
     return call
 
 

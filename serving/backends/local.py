@@ -136,7 +136,7 @@ class LocalBackend:
         model = await asyncio.to_thread(self.load)
         cancelled = threading.Event()
         try:
-            text, finish_reason, ttft_s, tokens_in, tokens_out = await asyncio.to_thread(
+            text, finish_reason, ttft_s, tokens_in, tokens_out, cached = await asyncio.to_thread(
                 _generate, model, prompt, max_tokens, temperature, cancelled, started)
         except asyncio.CancelledError:
             # The worker thread stops at its next token (a prompt being evaluated finishes first) and
@@ -149,21 +149,23 @@ class LocalBackend:
             latency_ms=(time.perf_counter() - started) * 1000,
             ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
             finish_reason="tool_calls" if calls else finish_reason,
-            raw={"model": model.path.name, "text": text},
+            raw={"model": model.path.name, "text": text, "cached_tokens": cached},
         )
 
 
 def _generate(model: LoadedModel, prompt: str, max_tokens: int, temperature: float,
-              cancelled: threading.Event, started: float) -> tuple[str, str, float | None, int, int]:
-    """Runs in a worker thread: (text, finish reason, seconds to first token, tokens in, tokens out)."""
+              cancelled: threading.Event, started: float) -> tuple[str, str, float | None, int, int, int]:
+    """Runs in a worker thread: (text, finish reason, seconds to first token, tokens in, tokens out, prompt
+    tokens served from the KV cache)."""
     with model.lock:
         if cancelled.is_set():  # the caller gave up while another generation held the model
-            return "", "cancelled", None, 0, 0
+            return "", "cancelled", None, 0, 0, 0
         llama = model.llama
         prompt_tokens = llama.tokenize(prompt.encode(), add_bos=True, special=True)
         room = llama.n_ctx() - len(prompt_tokens)
         if room <= 0:
             raise BackendError(f"prompt of {len(prompt_tokens)} tokens does not fit the context of {llama.n_ctx()}")
+        cached = _reused_prefix(llama, prompt_tokens)
         pieces: list[str] = []
         finish_reason = "length"
         ttft_s = None
@@ -187,4 +189,17 @@ def _generate(model: LoadedModel, prompt: str, max_tokens: int, temperature: flo
         tokens_out = len(llama.tokenize(text.encode(), add_bos=False, special=False)) if text else 0
         if finish_reason == "stop":
             tokens_out += 1  # the <|im_end|> that ended the turn
-        return text, finish_reason, ttft_s, len(prompt_tokens), tokens_out
+        return text, finish_reason, ttft_s, len(prompt_tokens), tokens_out, cached
+
+
+def _reused_prefix(llama, prompt_tokens: list[int]) -> int:
+    """How many prompt tokens llama.cpp will take from its KV cache: the common prefix of what the context
+    holds (the previous prompt and its output) and this prompt less its last token, which llama-cpp-python
+    always evaluates (the same rule as its `Llama.generate`)."""
+    held = llama.input_ids[: llama.n_tokens].tolist()
+    reused = 0
+    for a, b in zip(held, prompt_tokens[:-1], strict=False):
+        if a != b:
+            break
+        reused += 1
+    return reused

@@ -9,6 +9,7 @@ thinking in `delta.reasoning` (older releases: `reasoning_content`) and its tool
 import asyncio
 import functools
 import json
+import threading
 import time
 from typing import Any
 
@@ -25,6 +26,41 @@ _BODY_EXCERPT = 300
 def _ssl_context():
     # Building one costs 20-40 ms (it loads the CA bundle), and httpx would build one per client.
     return httpx.create_ssl_context()
+
+
+# Pooled clients, one per (event loop, timeout, key), so a reply reuses the connections of the turns before
+# it instead of building a client (and connecting) per turn. A pool belongs to the loop that made it: the
+# server's loop lives as long as the process; a job that runs its own loop (asyncio.run) closes its pools
+# with `close_shared_clients` before the loop ends; pools of loops that ended without it are dropped.
+_SHARED: dict[asyncio.AbstractEventLoop, dict[tuple, httpx.AsyncClient]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_client(timeout_s: float, api_key: str | None) -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    key = (timeout_s, api_key)
+    with _SHARED_LOCK:
+        clients = _SHARED.get(loop)
+        if clients is None:
+            for ended in [other for other in _SHARED if other.is_closed()]:
+                del _SHARED[ended]
+            clients = _SHARED[loop] = {}
+        client = clients.get(key)
+        if client is None or client.is_closed:
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            # Limits: up to 256 requests in flight per server (eval runs at high concurrency).
+            client = clients[key] = httpx.AsyncClient(
+                timeout=timeout_s, headers=headers, verify=_ssl_context(),
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+    return client
+
+
+async def close_shared_clients() -> None:
+    """Close the pooled clients of the running event loop (call before a job's own loop ends)."""
+    with _SHARED_LOCK:
+        clients = list(_SHARED.pop(asyncio.get_running_loop(), {}).values())
+    for client in clients:
+        await client.aclose()
 
 
 class _RetryableError(Exception):
@@ -64,17 +100,23 @@ class OpenAIBackend:
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
     def _http(self) -> httpx.AsyncClient:
+        if self._transport is None:  # the usual case: the process's pooled client for this server
+            return _shared_client(self.timeout_s, self.api_key)
         # A client's connection pool belongs to the event loop it was created on; code that calls
         # asyncio.run per job (Celery tasks, tests) would otherwise reuse a pool of a closed loop.
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, transport=self._transport,
-                                             verify=_ssl_context())
+            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers(),
+                                             transport=self._transport, verify=_ssl_context())
             self._client_loop = loop
         return self._client
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     async def aclose(self) -> None:
+        """Close this backend's own client (one given a transport); pooled clients stay open for the
+        process's other turns (`close_shared_clients` closes them when their event loop ends)."""
         if self._client is not None and self._client_loop is asyncio.get_running_loop():
             await self._client.aclose()
         self._client = None

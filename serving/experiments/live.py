@@ -1,4 +1,4 @@
-"""Dashboard updates over Channels: the experiment's group name and a throttled publisher."""
+"""Dashboard updates over Channels: the experiment's group name and a debounced publisher off the request path."""
 
 import logging
 import threading
@@ -18,13 +18,16 @@ def experiment_group(experiment_id: int) -> str:
     return f"experiment-{experiment_id}"
 
 
-_trailing: set[int] = set()
-_trailing_lock = threading.Lock()
+def _debounce_key(experiment_id: int) -> str:
+    return f"experiment-publish:{experiment_id}"
 
 
-def _send(experiment_id: int) -> None:
+def experiment_send(experiment_id: int) -> None:
+    """Compute the experiment's snapshot and push it to its dashboard group."""
     from serving.experiments.selectors import experiment_snapshot
 
+    # Cleared before reading, so a change committed from now on schedules a new task (nothing is missed).
+    cache.delete(_debounce_key(experiment_id))
     layer = get_channel_layer()
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if layer is not None and experiment is not None:
@@ -32,56 +35,62 @@ def _send(experiment_id: int) -> None:
                                         {"type": "experiment.update", "payload": experiment_snapshot(experiment)})
 
 
-def _send_trailing(experiment_id: int) -> None:
-    with _trailing_lock:
-        _trailing.discard(experiment_id)
+def _publish_after_delay(experiment_id: int) -> None:
+    """Runs on a timer thread of this process, off every request; its own connection is closed after."""
     try:
-        _send(experiment_id)
+        experiment_send(experiment_id)
     except Exception:  # a dashboard refresh must never break anything else
         log.exception("could not publish experiment %s", experiment_id)
     finally:
-        connection.close()  # this timer thread's own connection
+        connection.close()
+
+
+def _publish_later(experiment_id: int) -> None:
+    timer = threading.Timer(PUBLISH_EVERY_S, _publish_after_delay, args=[experiment_id])
+    timer.daemon = True
+    timer.start()
+
+
+def _schedule(experiment_id: int) -> None:
+    try:
+        if cache.add(_debounce_key(experiment_id), 1, timeout=PUBLISH_EVERY_S * 30):
+            _publish_later(experiment_id)
+    except Exception:  # a dashboard refresh must never break the request that changed the data
+        log.exception("could not schedule a dashboard update of experiment %s", experiment_id)
 
 
 def publish_experiment(experiment: Experiment) -> None:
-    """Send a fresh snapshot to the dashboard at most once a second per experiment (after commit).
+    """Push a fresh snapshot to the dashboard about a second after a change, at most about once a second per
+    experiment across every process, and never inside the request that made the change.
 
-    A change inside the quiet second is not dropped: one trailing update per process follows it, so the
-    dashboard always ends on the latest state.
+    After commit, the first change (a Redis key shared by all processes) starts a timer thread here that
+    computes and sends the snapshot PUBLISH_EVERY_S later; changes until then are covered by it (it clears
+    the key, then reads, so a change committed after the read schedules the next one). Not a Celery task:
+    on the `cpu` queue it would wait behind eval runs and judging, and the dashboard would freeze meanwhile.
+    The key's timeout only matters if a process dies before its timer fires.
     """
-    if cache.add(f"experiment-publish:{experiment.pk}", 1, timeout=PUBLISH_EVERY_S):
-        transaction.on_commit(lambda: _send(experiment.pk))
-        return
-    with _trailing_lock:
-        if experiment.pk in _trailing:
-            return
-        _trailing.add(experiment.pk)
-    timer = threading.Timer(PUBLISH_EVERY_S, _send_trailing, args=[experiment.pk])
-    timer.daemon = True
-    transaction.on_commit(timer.start)
+    experiment_id = experiment.pk
+    transaction.on_commit(lambda: _schedule(experiment_id))
 
 
 def publish_experiment_updates(workspace) -> None:
-    for experiment in Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING):
-        publish_experiment(experiment)
+    for experiment_id in Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING
+                                                   ).values_list("pk", flat=True):
+        transaction.on_commit(lambda experiment_id=experiment_id: _schedule(experiment_id))
 
 
 GUARDRAIL_CHECK_EVERY_S = 10
 
 
-def after_experiment_reply(*, workspace, arm: str, trace_id: str) -> None:
-    """After a reply inside an experiment: maybe queue its judging, check guardrails now and then, publish."""
+def after_experiment_reply(*, experiment: Experiment, trace_id: str) -> None:
+    """After a reply inside `experiment`: maybe queue its judging, check guardrails now and then, publish."""
     import random
 
     from django.conf import settings
 
     from console.jobs import enqueue
-    from serving.experiments.services import experiment_key_of
     from serving.tasks import check_guardrails, judge_live_trace
 
-    experiment = Experiment.objects.filter(workspace=workspace, key=experiment_key_of(arm)).first()
-    if experiment is None:
-        return
     if random.random() < settings.LIVE_JUDGE_RATE:
         transaction.on_commit(lambda: enqueue(judge_live_trace, args=[trace_id], queue="cpu"))
     if experiment.status == Experiment.Status.RUNNING and cache.add(

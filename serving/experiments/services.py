@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
+from django.http import Http404
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -17,9 +18,10 @@ from console.models import Workspace
 from console.services import archived_set, audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
+from harness.routing import remembered, routing_changed
 from serving.experiments.assignment import assign
 from serving.models import Arm, Event, Experiment, Exposure, Rollup
-from serving.selection import DEFAULT_LABEL, Selection, register_experiment_selector
+from serving.selection import DEFAULT_LABEL, Selection, label_version, register_experiment_selector
 
 MAX_EVENTS = 1000
 ROOM_ID_MAX = 100  # Room.room_id
@@ -121,6 +123,7 @@ def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
         if Experiment.objects.filter(harness_id=experiment.harness_id, status=Experiment.Status.RUNNING).exists():
             raise ExperimentError("Another experiment is already running on this harness.")
         Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.RUNNING, started_at=timezone.now())
+        routing_changed(experiment.harness_id)
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.start",
                      target_type="experiment", target_id=experiment.pk, target_label=experiment.key)
     experiment.refresh_from_db()
@@ -133,6 +136,7 @@ def experiment_stop(*, actor: Actor, experiment: Experiment, reason: str, contro
     with transaction.atomic():
         Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.STOPPED, stopped_at=timezone.now(),
                                                            stop_reason=reason[:500], control_only=control_only)
+        routing_changed(experiment.harness_id)
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.stop", target_type="experiment",
                      target_id=experiment.pk, target_label=experiment.key,
                      after={"reason": reason, "control_only": control_only})
@@ -162,6 +166,7 @@ def experiment_delete(*, actor: Actor, experiment: Experiment) -> None:
                      before={"status": locked.status, "arms": list(locked.arms.values_list("name", flat=True)),
                              "exposures": locked.exposures.count()}, after=None)
         locked.delete()
+        routing_changed(locked.harness_id)
 
 
 # Assignment for the reply API ---------------------------------------------------------------------
@@ -176,25 +181,29 @@ def experiment_key_of(arm_label: str) -> str | None:
     return rest.partition(":")[0] if kind == "exp" else None
 
 
-def arm_selection(experiment: Experiment, arm: Arm) -> Selection:
-    harness = experiment.harness
+def arm_selection(experiment: Experiment, arm: Arm, harness: Harness) -> Selection:
     if arm.kind == Arm.Kind.VERSION:
         version = arm.version
     elif arm.kind == Arm.Kind.LABEL:
-        version = harness_selectors.version_by_label(harness, arm.label)
+        version = label_version(harness, arm.label)
     else:  # the ReAct control runs on the production version's tools
-        label = harness.labels.filter(name=DEFAULT_LABEL).select_related("version").first()
-        version = label.version if label else harness.head
+        try:
+            version = label_version(harness, DEFAULT_LABEL)
+        except Http404:
+            version = harness.head
     return Selection(version=version, arm=experiment_arm_label(experiment.key, arm.name),
-                     baseline=arm.kind == Arm.Kind.REACT, backend=arm.backend)
+                     baseline=arm.kind == Arm.Kind.REACT, backend=arm.backend, experiment=experiment)
 
 
-def assign_viewer(experiment: Experiment, viewer_id: str) -> Arm | None:
-    """The viewer's arm: sticky once exposed; otherwise hashed (GrowthBook v2) and recorded once."""
-    exposure = Exposure.objects.select_related("arm").filter(experiment=experiment, viewer_id=viewer_id).first()
-    if exposure is not None:
-        return exposure.arm
-    arms = list(experiment.arms.all())
+def assign_viewer(experiment: Experiment, viewer_id: str, *, arms: list[Arm] | None = None) -> Arm | None:
+    """The viewer's arm: sticky once exposed; otherwise hashed (GrowthBook v2) and recorded once.
+    `arms`: the experiment's arms in order, when the caller has them already."""
+    if arms is None:
+        arms = list(experiment.arms.all())
+    exposed = Exposure.objects.filter(experiment=experiment, viewer_id=viewer_id).values_list("arm_id", flat=True)
+    arm_id = exposed.first()
+    if arm_id is not None:
+        return next(a for a in arms if a.pk == arm_id)
     index = assign(experiment.seed, viewer_id, [a.weight for a in arms], coverage=experiment.coverage)
     if index is None or index < 0:
         return None
@@ -213,18 +222,27 @@ def assign_viewer(experiment: Experiment, viewer_id: str) -> Arm | None:
     return arm
 
 
+def _routing_experiment(harness: Harness) -> tuple[Experiment, list[Arm]] | None:
+    """The experiment that routes this harness's viewers (running, or stopped to control only), with its arms."""
+    experiment = (Experiment.objects.filter(harness=harness).filter(status=Experiment.Status.RUNNING).first()
+                  or Experiment.objects.filter(harness=harness, status=Experiment.Status.STOPPED, control_only=True)
+                  .order_by("-stopped_at").first())
+    return (experiment, list(experiment.arms.select_related("version"))) if experiment is not None else None
+
+
 @register_experiment_selector
 def experiment_selector(harness: Harness, viewer_id: str, room_id: str) -> Selection | None:
-    experiment = (Experiment.objects.filter(harness=harness).filter(status=Experiment.Status.RUNNING)
-                  .select_related("harness").first()
-                  or Experiment.objects.filter(harness=harness, status=Experiment.Status.STOPPED, control_only=True)
-                  .select_related("harness").order_by("-stopped_at").first())
-    if experiment is None or (experiment.rooms and room_id not in experiment.rooms):
+    # Remembered per process until the harness's routing changes (start, stop, delete: harness.routing).
+    routing = remembered(harness.pk, "experiment", lambda: _routing_experiment(harness))
+    if routing is None:
+        return None
+    experiment, arms = routing
+    if experiment.rooms and room_id not in experiment.rooms:
         return None
     if experiment.control_only:
-        return arm_selection(experiment, experiment.arms.first())
-    arm = assign_viewer(experiment, viewer_id)
-    return arm_selection(experiment, arm) if arm is not None else None
+        return arm_selection(experiment, arms[0], harness)
+    arm = assign_viewer(experiment, viewer_id, arms=arms)
+    return arm_selection(experiment, arm, harness) if arm is not None else None
 
 
 # Events ---------------------------------------------------------------------------------------------

@@ -324,3 +324,42 @@ def test_a_protected_label_moves_to_an_unproven_version_only_when_confirmed(clie
     assert Label.objects.get(harness=harness, name="production").version == target and move.reason
     event = AuditEvent.objects.filter(action="label.move", target_label="avatar@production").order_by("-id").first()
     assert "regression gate failed" in event.after["override"][0]
+
+
+def test_progress_comes_from_a_running_tally_not_a_reread_per_publish(workspace, harness, scripted, monkeypatch):
+    """The runner reads the stored results once when it starts and once when it ends, however many cases
+    and progress messages there are; each message counts what was saved so far."""
+    from evaluation import selectors
+
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="tally", suite="live_stream_qa",
+                                         seed=12, n=16)
+    run = make_run(workspace, harness, version, concurrency=4)
+    reads, published = [], []
+    real_tally = selectors.run_tally
+    monkeypatch.setattr(services, "run_tally", lambda run_id: reads.append(run_id) or real_tally(run_id))
+    monkeypatch.setattr(services, "publish_progress_sync", lambda run_id, payload: published.append(payload))
+    monkeypatch.setattr(services, "PROGRESS_EVERY_S", -1)  # every saved case publishes
+    assert services.run_execute(run_id=run.pk) == "done"
+    run.refresh_from_db()
+    assert reads == [run.pk, run.pk]
+    done = [p["done"] for p in published]  # cases finishing together are saved (and published) together
+    assert done == sorted(set(done[:-1])) + [16] and done[-2] == 16
+    assert published[-1]["status"] == "done" and published[-1]["summary"] == run.summary == run_progress(run.pk)["summary"]
+    assert published[-2]["summary"] == run.summary  # the running tally ends where the stored rows do
+
+
+def test_comparison_bootstraps_each_metric_once(workspace, harness, scripted, settings, monkeypatch):
+    from evaluation.metrics import compare
+
+    settings.SCRIPTED_STEPS = ANSWERING
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="once", suite="live_stream_qa",
+                                         seed=8, n=6)
+    baseline, candidate = finished(workspace, harness, version), finished(workspace, harness, version)
+    calls = []
+    real = compare.bootstrap_ci
+    monkeypatch.setattr(compare, "bootstrap_ci", lambda diffs, **kw: calls.append(1) or real(diffs, **kw))
+    comparison = services.comparison_create(actor=SYSTEM, baseline=baseline, candidate=candidate,
+                                            gate={"min_cases": 2})
+    compared = [name for name in comparison.metrics if not name.startswith("_")]
+    assert len(calls) == len(compared) and {"accuracy", "effectiveness"} <= set(compared)
+    assert comparison.verdict == "pass", comparison.reasons

@@ -59,12 +59,26 @@ def test_a_cancelled_generation_stops_at_the_next_token(backend):
     model = backend.load()
     cancelled = threading.Event()
     threading.Timer(0.3, cancelled.set).start()
-    text, finish_reason, _, tokens_in, tokens_out = _generate(
+    text, finish_reason, _, tokens_in, tokens_out, _ = _generate(
         model, render_chatml(STORY), 400, 0.0, cancelled, time.perf_counter())
     assert finish_reason == "cancelled" and tokens_in > 0 and tokens_out < 200
     # cancelled before the model was free: nothing runs
     assert _generate(model, render_chatml(STORY), 400, 0.0, cancelled, time.perf_counter()) == (
-        "", "cancelled", None, 0, 0)
+        "", "cancelled", None, 0, 0, 0)
+
+
+def test_the_prompt_tokens_taken_from_the_kv_cache_are_reported(backend):
+    """A prompt that extends the previous one reuses all of it (what benchmarks/prefix_cache.py sums)."""
+    model = backend.load()
+    first = [{"role": "system", "content": "You are a shop assistant on a live stream."},
+             {"role": "user", "content": "Say hi."}]
+    never = threading.Event()
+    _, _, _, tokens_in, _, _ = _generate(model, render_chatml(first), 4, 0.0, never, time.perf_counter())
+    longer = render_chatml([*first, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Again."}])
+    _, _, _, longer_in, _, cached = _generate(model, longer, 4, 0.0, never, time.perf_counter())
+    assert tokens_in - 5 <= cached < longer_in  # the first prompt (its closing tokens may re-tokenize differently)
+    other = render_chatml([{"role": "system", "content": "Something else entirely."}])
+    assert _generate(model, other, 4, 0.0, never, time.perf_counter())[5] < 5
 
 
 def test_cancellation_frees_the_model_for_the_next_call(backend):

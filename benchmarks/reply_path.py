@@ -1,0 +1,90 @@
+"""The reply request in process, on PostgreSQL and Redis: what it asks of them and what it costs. Prints figures.
+
+    DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python benchmarks/reply_path.py [--requests 50 200]
+
+Migrates the database and seeds the demo workspace (`seed_demo`; a database you may write to), then posts
+replies through Django's test client (the whole stack but the ASGI server: middleware, key check, rate
+limit, routing, the turn with an instant scripted model, the trace write) and prints the SQL statements
+and Redis commands of one reply, then p50/p95 per request at growing request counts (the cost per
+request should not grow with the count). To compare checkouts, run each one's copy from its own directory.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}},
+                         {"name": "get_product_info_by_link_id", "arguments": {"link_id": "L001"}}]},
+         "The Merino Crew-Neck Sweater is $71.2 right now, down from $89."]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, nargs="+", default=[50, 200])
+    args = parser.parse_args()
+    if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
+        raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
+    os.environ.update(DJANGO_SETTINGS_MODULE="console.settings", HARNESSOPS_MODEL_BACKEND="scripted",
+                      HARNESSOPS_SCRIPTED_STEPS=json.dumps(STEPS), HARNESSOPS_REPLY_RATE_PER_MINUTE="100000000")
+    for argv in (["migrate", "-v0"], ["seed_demo"]):
+        subprocess.run([sys.executable, str(ROOT / "manage.py"), *argv], cwd=ROOT, check=True,
+                       capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from redis.client import Redis
+
+    from console.access import Actor
+    from console.models import Workspace
+    from serving.services import api_key_create
+
+    workspace = Workspace.objects.get(slug="demo")
+    token = api_key_create(actor=Actor.system("bench"), workspace=workspace, name=f"bench{time.time_ns()}",
+                           scopes=["read"])[1]
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def reply(i: int) -> None:
+        response = client.post("/api/v1/rooms/demo-room/reply", json.dumps(
+            {"message": "How much is L001 now?", "viewer_id": f"bench-{i}"}), content_type="application/json")
+        assert response.status_code == 200 and response.json()["outcome"] == "replied", response.content
+
+    for i in range(20):  # warm-up: imports, compiled hooks, pooled connections
+        reply(i)
+    commands = []
+    real = Redis.execute_command
+
+    def counted(self, *argv, **kwargs):
+        commands.append(str(argv[0]))
+        return real(self, *argv, **kwargs)
+
+    Redis.execute_command = counted
+    with CaptureQueriesContext(connection) as queries:
+        reply(-1)
+    Redis.execute_command = real
+    statements = [q["sql"].split()[0] + " " + next((w for w in q["sql"].split() if w.startswith('"')), "")
+                  for q in queries.captured_queries]
+    print(f"one reply: {len(statements)} SQL statements ({', '.join(statements)}); "
+          f"{len(commands)} Redis commands ({', '.join(commands)})")
+    for count in args.requests:
+        times = []
+        for i in range(count):
+            started = time.perf_counter()
+            reply(i)
+            times.append((time.perf_counter() - started) * 1000)
+        times.sort()
+        print(f"{count:>5} replies in process: p50 {times[len(times) // 2]:.1f} ms, "
+              f"p95 {times[int(len(times) * 0.95)]:.1f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
