@@ -1,4 +1,5 @@
-"""accelerate launch commands for one GPU, one node of N GPUs, several nodes and DeepSpeed ZeRO."""
+"""accelerate launch commands for one GPU, one node of N GPUs, several nodes and DeepSpeed ZeRO; and the
+worker's launched path (`run_launched`) run for real on a CPU."""
 
 import json
 import math
