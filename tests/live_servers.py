@@ -82,7 +82,7 @@ def start_daphne(port: int | None = None, **extra) -> tuple[subprocess.Popen, st
                                env=child_env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _up(base), 30, "daphne")
+        wait_for(lambda: _up(base), 180, "daphne")  # its imports take minutes on a starved machine
     except AssertionError:
         stop(process)
         raise
