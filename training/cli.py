@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from training.launch import DIE_WITH_PARENT_ENV, die_with_parent
 from training.lineage import LineageError
 from training.pipeline import PipelineConfig, run_pipeline
 from training.results import StageFailed, StageResult, TrainingCancelled
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--artifacts-dir", required=True, type=Path)
     options = parser.parse_args(argv)
+    if os.environ.get(DIE_WITH_PARENT_ENV):
+        die_with_parent()
     try:
         config = PipelineConfig.from_dict(json.loads(options.config.read_text(encoding="utf-8")))
     except (ConfigError, ValueError, OSError) as error:

@@ -113,7 +113,13 @@ def default_accelerate() -> str:
     return str(beside) if beside.exists() else "accelerate"
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+DIE_WITH_PARENT_ENV = "HARNESSOPS_DIE_WITH_PARENT"
+
+
+def die_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies (PR_SET_PDEATHSIG). The worker sets it on
+    `accelerate`, and `training.cli` on itself (accelerate does not forward signals to its child), so a
+    worker killed with `kill -9` leaves no trainer behind."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -140,10 +146,10 @@ def run_launched(config: Any, launch: LaunchConfig, *, artifacts_dir: Path, repo
     argv = launch_command(launch, job_config=job_config, artifacts_dir=artifacts_dir,
                           accelerate=accelerate or default_accelerate())
     reporter.line(f"launching: {shlex.join(argv)}")
-    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", DIE_WITH_PARENT_ENV: "1"}
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
     process = subprocess.Popen(argv, cwd=ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, bufsize=1, preexec_fn=_die_with_parent)
+                               text=True, bufsize=1, preexec_fn=die_with_parent, start_new_session=True)
     events: queue.Queue = queue.Queue()
     stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
 
@@ -178,11 +184,13 @@ def run_launched(config: Any, launch: LaunchConfig, *, artifacts_dir: Path, repo
         process.wait()
     finally:
         if process.poll() is None:  # the worker itself is going down: take the trainers along
-            process.terminate()
+            _signal_group(process, signal.SIGTERM)
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
+        else:
+            _signal_group(process, signal.SIGTERM)  # nothing of the launch outlives it
     for reader in readers:
         reader.join(timeout=5)
     status = process.returncode
@@ -199,6 +207,14 @@ def run_launched(config: Any, launch: LaunchConfig, *, artifacts_dir: Path, repo
         raise ConfigError(error.get("field") or "config", error.get("message", ""))
     detail = error.get("message") or " | ".join(list(stderr_tail)[-5:]) or "no output"
     raise StageFailed(f"the launched training exited with status {status}: {detail}")
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    """Signal the launch's whole process group (accelerate and the trainers it started)."""
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _relay(text: str, reporter: Reporter, results: list[StageResult], outcome: dict) -> tuple[str, int] | None:
