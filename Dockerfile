@@ -6,7 +6,10 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HARNESSOPS_MODE=production
 WORKDIR /app
 COPY . .
-RUN pip install --no-cache-dir -e . \
+# The GPU worker's image adds the training extra (TRL, accelerate, peft; torch from PyPI is the CUDA build):
+# docker-compose.yml builds it with EXTRAS=[train].
+ARG EXTRAS=""
+RUN pip install --no-cache-dir -e ".${EXTRAS}" \
  && DJANGO_SECRET_KEY=build DJANGO_ALLOWED_HOSTS=build DATABASE_URL=sqlite:////tmp/build.db \
     REDIS_URL=redis://build:6379/0 DJANGO_STATIC_ROOT=/app/staticfiles python manage.py collectstatic --noinput
 EXPOSE 8000

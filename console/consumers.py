@@ -113,5 +113,10 @@ class TrainingJobConsumer(WorkspaceObjectConsumer):
 
         return job_snapshot(object_id)
 
+    async def receive_json(self, content, **kwargs):
+        # The page asks again when an update's point number shows it missed one.
+        if isinstance(content, dict) and content.get("kind") == "snapshot":
+            await self.send_json(await database_sync_to_async(self.snapshot)(self.object_id))
+
     async def training_progress(self, event):
         await self.send_json(event["payload"])

@@ -113,9 +113,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Redis: broker for Celery and the channel layer. Without it (embedded) tasks run
 # in-process and websockets use the in-memory layer.
 REDIS_URL = env("REDIS_URL") if PRODUCTION else env("REDIS_URL", None)
+# A consumer waits for its next event with a blocking BZPOPMIN of channels-redis's `brpop_timeout` (5 s);
+# redis-py 8 gives every socket read a 5 s timeout by default, so an idle consumer's wait raced its own
+# read timeout, lost under load, and the consumer died (the websocket closed with 1011). The read
+# timeout must outlast the blocking wait.
+CHANNEL_LAYER_READ_TIMEOUT_S = 30
 if REDIS_URL:
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                    "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_READ_TIMEOUT_S}]}}
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
@@ -170,6 +176,17 @@ TRAINING_ARTIFACTS_DIR = Path(env("HARNESSOPS_TRAINING_ARTIFACTS_DIR", str(VAR_D
 # timeout passed during a long job) waits while the heartbeat is younger than this, and takes over
 # (resuming from the last checkpoint) once it is older: the holder died.
 TRAINING_LEASE_S = env("HARNESSOPS_TRAINING_LEASE_S", 120.0, cast=float)
+# How a worker runs a job's pipeline: unset (the default, CPU workers) in its own process; a JSON object
+# of `training.launch.LaunchConfig` fields (e.g. {"gpus_per_node": 8} or {"deepspeed": "zero3"}) through
+# `accelerate launch` with that topology (GPU workers; docs/training.md).
+def _json_object(raw: str) -> dict:
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+TRAINING_LAUNCH: dict | None = env("HARNESSOPS_TRAINING_LAUNCH", None, cast=_json_object)
 
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)

@@ -74,14 +74,15 @@ def _up(base: str) -> bool:
         return False
 
 
-def start_daphne(**extra) -> tuple[subprocess.Popen, str]:
-    """Daphne serving the ASGI app (HTTP + websockets); returns once /healthz answers."""
-    port = free_port()
+def start_daphne(port: int | None = None, **extra) -> tuple[subprocess.Popen, str]:
+    """Daphne serving the ASGI app (HTTP + websockets) on `port` (default: a free one); returns once
+    /healthz answers. Starting it again on the same port stands for a server restart."""
+    port = port or free_port()
     process = subprocess.Popen([str(BIN / "daphne"), "-p", str(port), "console.asgi:application"], cwd=ROOT,
                                env=child_env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _up(base), 30, "daphne")
+        wait_for(lambda: _up(base), 180, "daphne")  # its imports take minutes on a starved machine
     except AssertionError:
         stop(process)
         raise

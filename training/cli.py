@@ -1,18 +1,22 @@
 """`python -m training.cli --config job.json --artifacts-dir DIR`: run (or resume) a job's pipeline.
 
 What `accelerate launch` starts on every GPU process (`training/launch.py`). Progress goes to stdout
-as JSON lines (`{"stage", "step", "total_steps", "metrics"}`, `{"line"}`, `{"checkpoint"}`), one
+as JSON lines (`{"stage", "step", "total_steps", "metrics"}`, `{"line"}`, `{"checkpoint"}`, and at the
+end `{"cancelled": {"stage", "step", "checkpoint"}}` or `{"error": {"kind", "message", "field"}}`), one
 writer per job: only the main process reports. Exit status 0 done, 3 cancelled (a file named
 `CANCEL` in the artifacts directory asks for it), 2 bad config or lineage refusal, 1 a failed stage.
+Errors also go to stderr as one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from training.launch import DIE_WITH_PARENT_ENV, die_with_parent
 from training.lineage import LineageError
 from training.pipeline import PipelineConfig, run_pipeline
 from training.results import StageFailed, StageResult, TrainingCancelled
@@ -23,18 +27,18 @@ class JsonLinesReporter:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
 
-    def _emit(self, payload: dict) -> None:
+    def emit(self, payload: dict) -> None:
         if self.enabled:
             print(json.dumps(payload, ensure_ascii=False), flush=True)
 
     def log(self, stage: str, step: int, total_steps: int, metrics: dict[str, float]) -> None:
-        self._emit({"stage": stage, "step": step, "total_steps": total_steps, "metrics": metrics})
+        self.emit({"stage": stage, "step": step, "total_steps": total_steps, "metrics": metrics})
 
     def line(self, text: str) -> None:
-        self._emit({"line": text})
+        self.emit({"line": text})
 
     def checkpoint(self, result: StageResult) -> None:
-        self._emit({"checkpoint": result.to_dict()})
+        self.emit({"checkpoint": result.to_dict()})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,25 +46,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--artifacts-dir", required=True, type=Path)
     options = parser.parse_args(argv)
+    if os.environ.get(DIE_WITH_PARENT_ENV):
+        die_with_parent()
     try:
         config = PipelineConfig.from_dict(json.loads(options.config.read_text(encoding="utf-8")))
     except (ConfigError, ValueError, OSError) as error:
-        print(json.dumps({"error": str(error), "field": getattr(error, "field", None)}), file=sys.stderr)
+        field = getattr(error, "field", None)
+        print(json.dumps({"error": {"kind": "config", "message": getattr(error, "message", str(error)),
+                                    "field": field}}), flush=True)
+        print(json.dumps({"error": str(error), "field": field}), file=sys.stderr)
         return 2
     from accelerate import PartialState
 
     main_process = PartialState().is_main_process
+    reporter = JsonLinesReporter(main_process)
     cancel_file = options.artifacts_dir / "CANCEL"
     try:
-        run_pipeline(config, artifacts_dir=options.artifacts_dir, reporter=JsonLinesReporter(main_process),
-                     should_stop=cancel_file.exists)
+        run_pipeline(config, artifacts_dir=options.artifacts_dir, reporter=reporter, should_stop=cancel_file.exists)
     except TrainingCancelled as cancelled:
+        reporter.emit({"cancelled": {"stage": cancelled.stage, "step": cancelled.step,
+                                      "checkpoint": cancelled.checkpoint}})
         print(json.dumps({"cancelled": str(cancelled)}), file=sys.stderr)
         return 3
     except (ConfigError, LineageError) as error:
-        print(json.dumps({"error": str(error), "field": getattr(error, "field", None)}), file=sys.stderr)
+        kind = "lineage" if isinstance(error, LineageError) else "config"
+        field = getattr(error, "field", None)
+        reporter.emit({"error": {"kind": kind, "message": getattr(error, "message", str(error)), "field": field}})
+        print(json.dumps({"error": str(error), "field": field}), file=sys.stderr)
         return 2
     except StageFailed as error:
+        reporter.emit({"error": {"kind": "stage", "message": str(error)}})
         print(json.dumps({"error": str(error)}), file=sys.stderr)
         return 1
     return 0

@@ -5,6 +5,13 @@ runs the command `launch_command(...)` returns, which starts `python -m training
 (data-parallel), or under DeepSpeed ZeRO when a model does not fit one GPU. Every node of a
 multi-node job runs the same command with its own `node_rank`; node 0's address is the rendezvous.
 
+`run_launched` is the worker's side of it: it writes the config, starts the command (node 0, or this
+node's rank), relays the JSON lines the main process prints to the job's `Reporter`, turns
+`should_stop` into the `CANCEL` file `training.cli` watches, and maps the exit status back to the
+pipeline's outcomes (results, `TrainingCancelled`, `ConfigError`/`LineageError`, `StageFailed`). The
+launched processes die with the worker (a worker killed with `kill -9` takes them along), so the
+redelivered job resumes from the last checkpoint without a second trainer writing beside it.
+
 Config files live in `training/configs/`: `accelerate/{single_gpu,multi_gpu,deepspeed}.yaml` and
 `deepspeed/{zero2,zero3,zero3_offload}.json`. Command-line flags override what the YAML says, so one
 YAML per topology serves every size. CPU machines skip all of this and call `run_pipeline` in
@@ -13,12 +20,22 @@ process (`use_cpu`, fp32).
 
 from __future__ import annotations
 
+import collections
+import json
+import os
+import queue
 import shlex
-from collections.abc import Mapping
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.lineage import LineageError
+from training.results import Reporter, StageFailed, StageResult, TrainingCancelled
 from training.validation import ConfigError, build, knob, require
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -83,3 +100,141 @@ def launch_command(launch: LaunchConfig, *, job_config: Path, artifacts_dir: Pat
 def launch_shell(launch: LaunchConfig, **kwargs: Any) -> str:
     """The same command as one shell line (for docs and the job's log)."""
     return shlex.join(launch_command(launch, **kwargs))
+
+
+ROOT = Path(__file__).resolve().parents[1]  # `-m training.cli` is importable from here
+CANCEL_FILE = "CANCEL"
+JOB_CONFIG_FILE = "job.json"
+
+
+def default_accelerate() -> str:
+    """The `accelerate` next to this interpreter (the worker's virtualenv), else the one on PATH."""
+    beside = Path(sys.executable).parent / "accelerate"
+    return str(beside) if beside.exists() else "accelerate"
+
+
+DIE_WITH_PARENT_ENV = "HARNESSOPS_DIE_WITH_PARENT"
+
+
+def die_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies (PR_SET_PDEATHSIG). The worker sets it on
+    `accelerate`, and `training.cli` on itself (accelerate does not forward signals to its child), so a
+    worker killed with `kill -9` leaves no trainer behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def run_launched(config: Any, launch: LaunchConfig, *, artifacts_dir: Path, reporter: Reporter,
+                 should_stop: Callable[[], bool], accelerate: str | None = None,
+                 env: Mapping[str, str] | None = None, poll_s: float = 1.0) -> list[StageResult]:
+    """Run a `PipelineConfig` through `accelerate launch` and report as `run_pipeline` would.
+
+    Returns the finished stages' results; raises `TrainingCancelled` (stopped on `should_stop`, the
+    stage saved a checkpoint), `ConfigError` / `LineageError` (refused before training) or `StageFailed`
+    (a stage failed, or the launched processes died: the message carries their last stderr lines).
+    """
+    artifacts_dir = Path(artifacts_dir)
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    job_config = artifacts_dir / JOB_CONFIG_FILE
+    temporary = job_config.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(config.to_dict(with_files=True), ensure_ascii=False), encoding="utf-8")
+    os.replace(temporary, job_config)
+    cancel = artifacts_dir / CANCEL_FILE
+    cancel.unlink(missing_ok=True)  # a previous attempt's request; this one asks afresh
+    argv = launch_command(launch, job_config=job_config, artifacts_dir=artifacts_dir,
+                          accelerate=accelerate or default_accelerate())
+    reporter.line(f"launching: {shlex.join(argv)}")
+    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", DIE_WITH_PARENT_ENV: "1"}
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
+    process = subprocess.Popen(argv, cwd=ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, bufsize=1, preexec_fn=die_with_parent, start_new_session=True)
+    events: queue.Queue = queue.Queue()
+    stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+
+    def read_stdout() -> None:
+        for raw in process.stdout:
+            events.put(raw.rstrip("\n"))
+        events.put(None)
+
+    def read_stderr() -> None:
+        for raw in process.stderr:
+            stderr_tail.append(raw.rstrip("\n"))
+
+    readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
+    for reader in readers:
+        reader.start()
+    results: list[StageResult] = []
+    outcome: dict[str, Any] = {}
+    last = ("", 0)
+    try:
+        finished = False
+        while not finished:
+            try:
+                text = events.get(timeout=poll_s)
+            except queue.Empty:
+                text = ""
+            if text is None:
+                finished = True
+            elif text:
+                last = _relay(text, reporter, results, outcome) or last
+            if not cancel.exists() and should_stop():
+                cancel.touch()
+        process.wait()
+    finally:
+        if process.poll() is None:  # the worker itself is going down: take the trainers along
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+        else:
+            _signal_group(process, signal.SIGTERM)  # nothing of the launch outlives it
+    for reader in readers:
+        reader.join(timeout=5)
+    status = process.returncode
+    if status == 0:
+        return results
+    if status == 3:
+        cancelled = outcome.get("cancelled") or {}
+        raise TrainingCancelled(cancelled.get("stage", last[0]), int(cancelled.get("step", last[1])),
+                                cancelled.get("checkpoint"))
+    error = outcome.get("error") or {}
+    if status == 2 and error:
+        if error.get("kind") == "lineage":
+            raise LineageError(error.get("message", ""))
+        raise ConfigError(error.get("field") or "config", error.get("message", ""))
+    detail = error.get("message") or " | ".join(list(stderr_tail)[-5:]) or "no output"
+    raise StageFailed(f"the launched training exited with status {status}: {detail}")
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    """Signal the launch's whole process group (accelerate and the trainers it started)."""
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _relay(text: str, reporter: Reporter, results: list[StageResult], outcome: dict) -> tuple[str, int] | None:
+    """One stdout line of `training.cli` to the reporter; returns (stage, step) of a logged step."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict):
+        reporter.line(text[:2000])  # something else printed to stdout: keep it visible, do not parse it
+        return None
+    if "stage" in event and "step" in event:
+        reporter.log(event["stage"], int(event["step"]), int(event.get("total_steps", 0)), event.get("metrics") or {})
+        return event["stage"], int(event["step"])
+    if "line" in event:
+        reporter.line(str(event["line"]))
+    elif "checkpoint" in event:
+        result = StageResult.from_dict(event["checkpoint"])
+        results[:] = [r for r in results if r.path != result.path] + [result]
+        reporter.checkpoint(result)
+    elif "cancelled" in event or "error" in event:
+        outcome.update(event)
+    return None

@@ -58,6 +58,40 @@ def check_disjoint(train: Mapping[str, str], exclusions: Mapping[str, Iterable[s
         raise LineageError("training data overlaps the eval sets it will be judged on; " + "; ".join(problems))
 
 
+def planned_case_hashes(config: Any) -> dict[str, str]:
+    """Every case and prompt a `PipelineConfig`'s stages will draw on ("sft:<case id>", "rl:<case id>",
+    "opd:prompt-NNNNN" → content hash), found without generating or loading anything, so a job can be
+    refused before it is queued. The stages check their prepared data again (`data_prep`)."""
+    from pathlib import Path
+
+    from training.trajectories import case_hashes, jsonl_cases, simulator_cases
+
+    data = config.data
+    planned: dict[str, str] = {}
+
+    def add(prefix: str, hashes: Mapping[str, str]) -> None:
+        planned.update({f"{prefix}:{key}": value for key, value in hashes.items()})
+
+    if any(stage.kind == "sft" for stage in config.stages):
+        if data.simulator_cases:
+            add("sft", case_hashes(simulator_cases(data.simulator_seed, data.simulator_cases,
+                                                   n_rooms=data.simulator_rooms)))
+        for path in data.cases_jsonl:
+            add("sft", case_hashes(jsonl_cases(path)))
+    for stage in config.stages:
+        if stage.kind == "rl":
+            add("rl", case_hashes(simulator_cases(f"{data.simulator_seed}/rl", stage.config.cases,
+                                                  n_rooms=data.simulator_rooms)))
+        elif stage.kind == "opd":
+            source = Path(stage.config.prompts or Path(__file__).resolve().parent / "data" / "general_instructions.jsonl")
+            lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+            prompts = [json.loads(line).get("prompt") for line in lines]
+            if stage.config.max_prompts:
+                prompts = prompts[:stage.config.max_prompts]
+            add("opd", {f"prompt-{i:05d}": case_content_hash({"prompt": text}) for i, text in enumerate(prompts)})
+    return planned
+
+
 def lineage_record(train: Mapping[str, str], exclusions: Mapping[str, Iterable[str]], *,
                    sources: list[dict[str, Any]]) -> dict[str, Any]:
     """What a stage trained on, stored with its result (JSON-ready)."""

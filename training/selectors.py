@@ -30,16 +30,20 @@ def job_state(job: TrainingJob) -> dict:
 
 
 def metric_point(row: TrainingMetric) -> dict:
-    return {"stage": row.stage, "stage_index": row.stage_index, "step": row.step, "total_steps": row.total_steps, "values": row.values,
+    return {"id": row.pk, "stage": row.stage, "stage_index": row.stage_index, "step": row.step, "total_steps": row.total_steps, "values": row.values,
             "at": row.created_at.isoformat()}
 
 
 def job_snapshot(job_id: int) -> dict:
-    """Everything the live page needs on connect: state, every curve point so far, log lines, checkpoints."""
+    """Everything the live page needs on (re)connect: state, the curve points so far (the latest
+    MAX_POINTS), log lines, checkpoints. `total_points` counts every point the job stored: each live
+    update numbers its point the same way (`points`), so a page sees when it missed one."""
     job = TrainingJob.objects.get(pk=job_id)
-    rows = list(TrainingMetric.objects.filter(job_id=job_id).order_by("-id")[:MAX_POINTS])[::-1]
+    metrics = TrainingMetric.objects.filter(job_id=job_id)
+    rows = list(metrics.order_by("-id")[:MAX_POINTS])[::-1]
     return {"kind": "snapshot", "job": job_state(job), "points": [metric_point(r) for r in rows],
-            "lines": list(job.log_tail), "checkpoints": [checkpoint_summary(c) for c in job.checkpoints.all()]}
+            "total_points": metrics.count(), "lines": list(job.log_tail),
+            "checkpoints": [checkpoint_summary(c) for c in job.checkpoints.all()]}
 
 
 def checkpoint_summary(checkpoint: Checkpoint) -> dict:

@@ -100,6 +100,18 @@ def config_validate(data: dict):
         raise TrainingError(f"Invalid training config: {exc}", field=str(field)) from None
 
 
+def lineage_check(config) -> None:
+    """Refuse, before anything is queued, data that contains a case of an eval set the job excludes."""
+    from training.lineage import LineageError, check_disjoint, planned_case_hashes
+
+    if not config.data.exclude:
+        return
+    try:
+        check_disjoint(planned_case_hashes(config), config.data.exclude)
+    except LineageError as exc:
+        raise TrainingError(f"excluded_sets: {exc}", field="excluded_sets") from None
+
+
 def job_create(*, actor: Actor, workspace: Workspace, name: str, config: dict, harness_versions: list[HarnessVersion],
                excluded_sets: list[EvalSetVersion] = (), simulator: dict | None = None, imported_jsonl: str = "",
                imported_name: str = "", base_model: str = "", base_checkpoint: Checkpoint | None = None,
@@ -150,6 +162,7 @@ def job_create(*, actor: Actor, workspace: Workspace, name: str, config: dict, h
         resolved = config_validate(pipeline_input(
             config=config, base_model=base_model, harness_versions=list(harness_versions),
             excluded_sets=list(excluded_sets), data_sources=sources, imported_path=imported_path))
+        lineage_check(resolved)
     stages = [stage.kind for stage in resolved.stages]
     with transaction.atomic():
         job = TrainingJob.objects.create(
@@ -252,7 +265,11 @@ class JobReporter:
         if tokens_per_s is not None:
             job.tokens_per_s = tokens_per_s
         job.save(update_fields=["stage", "stage_index", "step", "total_steps", "eta_s", "tokens_per_s"])
-        publish_job_event(job.pk, {"kind": "update", "job": job_state(job), "point": metric_point(row)})
+        # The update numbers its point (points stored so far), so a page that missed an update asks for a
+        # snapshot instead of drawing a curve with a hole.
+        points = TrainingMetric.objects.filter(job=job).count()
+        publish_job_event(job.pk, {"kind": "update", "job": job_state(job), "point": metric_point(row),
+                                   "points": points})
 
     def line(self, text: str) -> None:
         self.lines = (self.lines + [str(text)[:2000]])[-LOG_TAIL:]
@@ -422,7 +439,12 @@ def _run(job: TrainingJob, reporter: JobReporter, lease: Lease) -> list:
             last_check[1] = TrainingJob.objects.filter(pk=job.pk, cancel_requested=True).exists()
         return last_check[1]
 
-    return run_pipeline(config, artifacts_dir=artifacts, reporter=reporter, should_stop=should_stop)
+    if settings.TRAINING_LAUNCH is None:
+        return run_pipeline(config, artifacts_dir=artifacts, reporter=reporter, should_stop=should_stop)
+    from training.launch import LaunchConfig, run_launched
+
+    return run_launched(config, LaunchConfig.from_dict(settings.TRAINING_LAUNCH), artifacts_dir=artifacts,
+                        reporter=reporter, should_stop=should_stop)
 
 
 # Checkpoint × harness-version matrix -------------------------------------------------------------------

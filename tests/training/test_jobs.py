@@ -88,6 +88,21 @@ def test_lineage_exclusions_are_passed_as_content_hashes(workspace, mini):
     assert data["harnesses"] == [{"label": "mini@v1", "files": mini.head.files}]
 
 
+def test_data_with_a_case_of_an_excluded_eval_set_is_refused_before_queueing(workspace, mini,
+                                                                            django_capture_on_commit_callbacks):
+    held_out = eval_services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                               seed=3, n=3)
+    leaked = held_out.cases.order_by("pk").first().data
+    audits = AuditEvent.objects.count()
+    with django_capture_on_commit_callbacks() as queued:
+        with pytest.raises(TrainingError) as error:
+            launch(workspace, mini, excluded_sets=[held_out], imported_jsonl=json.dumps(leaked) + "\n", start=True)
+    assert error.value.field == "excluded_sets"
+    assert "lsqa@v1" in str(error.value) and f"sft:{leaked['case_id']}" in str(error.value)
+    assert TrainingJob.objects.count() == 0 and queued == [] and AuditEvent.objects.count() == audits
+    assert launch(workspace, mini, excluded_sets=[held_out]).pk  # the simulator's own cases do not overlap
+
+
 def test_cancel_a_queued_job_is_immediate_and_audited(workspace, mini, actors):
     job = launch(workspace, mini)
     with pytest.raises(Exception, match="write"):

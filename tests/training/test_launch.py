@@ -1,6 +1,8 @@
-"""accelerate launch commands for one GPU, one node of N GPUs, several nodes and DeepSpeed ZeRO."""
+"""accelerate launch commands for one GPU, one node of N GPUs, several nodes and DeepSpeed ZeRO; and the
+worker's launched path (`run_launched`) run for real on a CPU."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,39 @@ def test_bad_launch_config_names_the_field(data, field):
     with pytest.raises(ConfigError) as error:
         LaunchConfig.from_dict(data)
     assert error.value.field == field
+
+
+@pytest.mark.timeout(900)
+def test_a_launched_job_relays_progress_stops_on_cancel_and_resumes(tmp_path):
+    """The GPU worker's path, run for real on CPU: `accelerate launch` (one process, no mixed precision)
+    starts `training.cli`; its JSON lines reach the reporter, `should_stop` becomes the CANCEL file, the
+    exit status becomes TrainingCancelled, and a second launch resumes from the saved checkpoint."""
+    from tests.training.conftest import MINI_HARNESS, RecordingReporter
+    from training.launch import run_launched
+    from training.pipeline import PipelineConfig, TrainingCancelled
+
+    job = PipelineConfig.from_dict({
+        "model": {"base": "tiny-random-smollm2", "device": "cpu"},
+        "harnesses": [{"label": "mini@v1", "files": MINI_HARNESS}],
+        "data": {"simulator_seed": 5, "simulator_cases": 2}, "trajectories": {"augmented_variants": 0},
+        "stages": [{"kind": "sft", "config": {"max_steps": 12, "save_steps": 50, "logging_steps": 1,
+                                              "learning_rate": 5e-3, "per_device_train_batch_size": 1}}]})
+    launch = LaunchConfig(mixed_precision="no")
+    first = RecordingReporter()
+    with pytest.raises(TrainingCancelled) as cancelled:
+        run_launched(job, launch, artifacts_dir=tmp_path, reporter=first, should_stop=lambda: bool(first.logs),
+                     poll_s=0.1)
+    assert first.lines[0].startswith("launching: ") and " launch --config_file " in first.lines[0]
+    stopped_at = [step for _, step, _, _ in first.logs]
+    assert stopped_at and cancelled.value.stage == "sft" and cancelled.value.step == stopped_at[-1] < 12
+    assert cancelled.value.checkpoint and not first.checkpoints
+
+    second = RecordingReporter()
+    [result] = run_launched(job, launch, artifacts_dir=tmp_path, reporter=second, should_stop=lambda: False)
+    resumed = [step for _, step, _, _ in second.logs]
+    assert resumed[0] == stopped_at[-1] + 1 and resumed[-1] == 12  # continued from the checkpoint
+    assert [c.stage for c in second.checkpoints] == ["sft"] and second.checkpoints[0] == result
+    assert all(math.isfinite(v) for v in second.values("sft", "loss"))
+    assert (tmp_path / result.path / "config.json").is_file()
+    assert not (tmp_path / "CANCEL").exists()  # the first run's request does not stop the next launch
+    assert json.loads((tmp_path / "job.json").read_text())["harnesses"][0]["files"] == MINI_HARNESS
