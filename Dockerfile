@@ -1,11 +1,22 @@
 # The HarnessOps application image (web, workers). vLLM runs from its own image (see docker-compose.yml).
 # The build context is the whole project; .dockerignore keeps out what is local to a checkout
-# (virtualenv, databases, caches), so a new package is in the image without editing this file
+# (virtualenv, databases, caches, node_modules), so a new package is in the image without editing this file
 # (tests/test_deploy.py fails if one is left out).
+
+# Front-end packages from npm, exactly as package-lock.json pins them, and the code editor bundled from them.
+FROM node:20.20.2-bookworm-slim AS frontend
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY console/frontend console/frontend
+RUN npm run build && npm prune --omit=dev
+
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HARNESSOPS_MODE=production
 WORKDIR /app
 COPY . .
+COPY --from=frontend /app/node_modules node_modules
+COPY --from=frontend /app/static_build static_build
 RUN pip install --no-cache-dir -e . \
  && DJANGO_SECRET_KEY=build DJANGO_ALLOWED_HOSTS=build DATABASE_URL=sqlite:////tmp/build.db \
     REDIS_URL=redis://build:6379/0 DJANGO_STATIC_ROOT=/app/staticfiles python manage.py collectstatic --noinput
