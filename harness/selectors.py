@@ -9,6 +9,8 @@ from django.http import Http404
 
 from console.models import Workspace
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
+from harness.runtime.tools import builtin_names
+from harness.simulator import SANDBOX_TARGETS
 from harness.spec import HarnessSpec, SpecDiff, diff_specs, parse_files
 
 _SPEC_CACHE: "OrderedDict[str, HarnessSpec]" = OrderedDict()
@@ -33,6 +35,12 @@ def version_spec(version: HarnessVersion) -> HarnessSpec:
         while len(_SPEC_CACHE) > _SPEC_CACHE_SIZE:
             _SPEC_CACHE.popitem(last=False)
     return spec
+
+
+def binding_targets() -> dict[str, frozenset[str]]:
+    """What a tool may bind to in this installation, by binding kind: the registered builtins and the
+    simulator's sandbox tools. (HTTP targets are any allowed URL, so they are checked for form only.)"""
+    return {"builtin": frozenset(builtin_names()), "sandbox": frozenset(SANDBOX_TARGETS.values())}
 
 
 def harness_list(workspace: Workspace, *, archived: bool = False) -> QuerySet[Harness]:

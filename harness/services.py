@@ -15,6 +15,7 @@ from console.models import Workspace
 from console.services import archived_set, audit_record
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.routing import routing_changed
+from harness.selectors import binding_targets
 from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
 
 PROTECTED_LABELS = frozenset({"production"})
@@ -142,9 +143,9 @@ def draft_open(*, actor: Actor, harness: Harness, user) -> Draft:
 
 
 def draft_check(files: dict[str, str]) -> list[SpecError]:
-    """Every error the files would have as a spec (empty when valid)."""
+    """Every error the files would have as a spec here (empty when valid), tool bindings included."""
     try:
-        parse_files(files)
+        parse_files(files, bindings=binding_targets())
     except SpecInvalid as invalid:
         return list(invalid.errors)
     return []

@@ -16,12 +16,18 @@ def skeleton_path(kind: str, name: str, order: int | None = None) -> str:
     }[kind]
 
 
-def skeleton(kind: str, name: str) -> str:
-    """The text of a new module named `name`; raises ValueError for an unknown kind or a bad name."""
+def skeleton(kind: str, name: str, *, binding: str = "") -> str:
+    """The text of a new module named `name`; raises ValueError for an unknown kind or a bad name.
+
+    A tool binds to `binding`, a builtin target the operator picked from those available: a skeleton
+    bound to a made-up target would look valid and fail on its first call.
+    """
     if kind not in MODULE_KINDS:
         raise ValueError(f"Module kind must be one of {', '.join(MODULE_KINDS)}.")
     if not _NAME.match(name or ""):
         raise ValueError("Names use lowercase letters, digits and single hyphens (tools may use _).")
+    if kind == "tool" and not binding:
+        raise ValueError("Choose the builtin the new tool binds to.")
     if kind == "skill":
         return (
             f"---\nname: {name}\ndescription: Describe what this skill does and when to use it.\nkind: reply\n---\n"
@@ -38,7 +44,7 @@ def skeleton(kind: str, name: str) -> str:
                     "strict": False,
                 },
                 "x_harness": {
-                    "binding": {"kind": "builtin", "target": f"demo.{name}"},
+                    "binding": {"kind": "builtin", "target": binding},
                     "timeout_ms": 1000,
                     "retries": 0,
                     "side_effect": "read",

@@ -121,8 +121,27 @@ def test_every_package_reaches_the_image():
 
 def test_local_state_stays_out_of_the_image():
     patterns = dockerignore_patterns((ROOT / ".dockerignore").read_text())
-    for path in (".git/HEAD", ".venv/bin/python", "var/secret_key", ".env", "console/__pycache__/a.pyc"):
+    for path in (".git/HEAD", ".venv/bin/python", "var/secret_key", ".env", "console/__pycache__/a.pyc",
+                 "node_modules/chart.js/package.json", "static_build/editor.js"):
         assert not in_build_context(path, patterns), path
+
+
+def test_front_end_packages_are_built_in_a_pinned_stage_from_the_lock_file():
+    """The image installs the npm packages with `npm ci` (package-lock.json, nothing copied from a checkout)
+    in a node stage of a pinned version, bundles the editor, and collectstatic finds what settings serve."""
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.MULTILINE | re.IGNORECASE)
+    images = dict((name or "final", image) for image, name in stages)
+    assert re.fullmatch(r"node:\d+\.\d+\.\d+-\S+", images["frontend"]), images
+    frontend = text.split("FROM", 2)[1]
+    assert "COPY package.json package-lock.json" in frontend and "npm ci" in frontend and "npm run build" in frontend
+    final = text.split("FROM", 2)[2]
+    assert "COPY --from=frontend /app/node_modules node_modules" in final
+    assert "COPY --from=frontend /app/static_build static_build" in final
+    assert final.index("COPY --from=frontend") < final.index("collectstatic")
+    patterns = dockerignore_patterns((ROOT / ".dockerignore").read_text())
+    for needed in ("package.json", "package-lock.json", "console/frontend/editor.js"):
+        assert in_build_context(needed, patterns), needed
 
 
 # --- docker-compose.yml ----------------------------------------------------------------------------

@@ -44,6 +44,7 @@ def evaluation_home(request):
     ordered = sorted(backends, key=lambda b: b != settings.MODEL_BACKEND)  # the deployment's default first
     return render(request, "evaluation/home.html", {
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
+        "history": selectors.run_history(request.workspace),
         "archived_sets": selectors.eval_sets(request.workspace, archived=True),
         "suites": SUITES, "harnesses": harness_selectors.harness_list(request.workspace),
         "backends": [(b, default_concurrency(b)) for b in ordered],
@@ -162,6 +163,7 @@ def eval_run_detail(request, run_id: int):
     peers = selectors.runs(request.workspace).filter(status="done", set_version=run.set_version).exclude(pk=run.pk)
     return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing, "peers": peers[:50],
                                                    "progress": selectors.run_progress(run.pk),
+                                                   "latency": selectors.run_latency_distribution(run),
                                                    "replay": selectors.run_replay(run) if run.status == "done" else None})
 
 

@@ -19,6 +19,7 @@ from evaluation.selectors import version_evidence
 from harness import selectors, services
 from harness.skeletons import skeleton, skeleton_path
 from harness.spec import SpecInvalid, parse_files, render_system_prompt
+from harness.spec.locate import error_line
 
 MODULE_ORDER = (("settings", "Settings"), ("skills", "Skills"), ("tools", "Tools"), ("hooks", "Hooks"),
                 ("prompt", "Prompt blocks"))
@@ -178,17 +179,39 @@ def harness_import(request):
 # The draft editor -------------------------------------------------------------------------------
 
 
+def _editor_language(path: str) -> str:
+    return "json" if path.endswith(".json") else "yaml" if path.endswith(".yaml") else "markdown"
+
+
+def _validation(path: str, text: str, errors) -> dict:
+    """The errors as listed under the editor, and markers for those in the open file, on the line each
+    error names (counted from the top of the file, front matter included)."""
+    diagnostics, markers = [], []
+    for error in errors:
+        line = error_line(text, error) if error.file == path else None
+        diagnostics.append({"text": str(error), "line": line})
+        if line is not None:
+            where = f"{error.location}: " if error.location else ""
+            markers.append({"line": line, "message": where + error.message})
+    return {"errors": errors, "diagnostics": diagnostics, "markers": markers}
+
+
 def _editor_context(request, harness, draft, path: str, text: str | None = None, errors=None) -> dict:
     if path not in draft.files and text is None:
         path = "harness.yaml"
+    saved = draft.files.get(path, "")
+    text = saved if text is None else text
     return {
         "harness": harness,
         "draft": draft,
         "stale": draft.base_version_id != harness.head_id,
         "groups": grouped_files(draft.files),
         "path": path,
-        "text": draft.files.get(path, "") if text is None else text,
-        "errors": errors or [],
+        "text": text,
+        "saved_text": saved,
+        "language": _editor_language(path),
+        "builtin_targets": sorted(selectors.binding_targets()["builtin"]),
+        **_validation(path, text, errors or []),
         "changed_paths": sorted(
             p for p in set(draft.files) | set(draft.base_version.files)
             if draft.files.get(p) != draft.base_version.files.get(p)
@@ -219,9 +242,9 @@ def harness_edit_check(request, name: str):
     """htmx: validate the file being typed, in the context of the whole draft; nothing is saved."""
     harness = selectors.harness_get(request.workspace, name)
     draft = services.draft_open(actor=request.actor, harness=harness, user=request.user)
-    path = request.POST.get("path", "")
-    errors = services.draft_check({**draft.files, path: request.POST.get("text", "")})
-    return render(request, "harness/editor.html#errors", {"errors": errors, "path": path})
+    path, text = request.POST.get("path", ""), request.POST.get("text", "")
+    errors = services.draft_check({**draft.files, path: text})
+    return render(request, "harness/editor.html#errors", {"path": path, **_validation(path, text, errors)})
 
 
 @workspace_view(WRITE)
@@ -241,7 +264,7 @@ def harness_edit_add(request, name: str):
     try:
         order = whole_number(request.POST, "order", label="Order", default=90, minimum=0, maximum=99)
         path = skeleton_path(kind, module, order)
-        text = skeleton(kind, module)
+        text = skeleton(kind, module, binding=request.POST.get("binding", ""))
     except (ValueError, KeyError) as exc:
         messages.error(request, str(exc) if isinstance(exc, ValueError) else "Unknown module kind.")
         return _back_to_editor(request.workspace.slug, name)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +23,28 @@ def percentile(values: list[float], q: float) -> float | None:
     low = int(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# Latency bands for distributions (ms): finer below a second, then doubling up to the 15 s deadline.
+LATENCY_BANDS_MS = (250, 500, 1000, 2000, 4000, 8000, 15000)
+
+
+def latency_band_labels(bands: tuple[int, ...] = LATENCY_BANDS_MS) -> list[str]:
+    """One label per band of `latency_histogram`: "< 250 ms", "250–500 ms", …, "≥ 15 s"."""
+    def fmt(ms: int) -> str:
+        return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms} ms"
+
+    labels = [f"< {fmt(bands[0])}"]
+    labels += [f"{fmt(low)}–{fmt(high)}" for low, high in zip(bands, bands[1:], strict=False)]
+    return labels + [f"≥ {fmt(bands[-1])}"]
+
+
+def latency_histogram(values: Iterable[float], bands: tuple[int, ...] = LATENCY_BANDS_MS) -> list[int]:
+    """How many of `values` (ms) fall in each band: below bands[0], [bands[i], bands[i+1]), at or above the last."""
+    counts = [0] * (len(bands) + 1)
+    for value in values:
+        counts[bisect_right(bands, value)] += 1
+    return counts
 
 
 def replay_stats(traces: Iterable[Mapping[str, Any]], *, deadline_s: float = 15.0) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -43,7 +43,7 @@ _SKILL_FILE = re.compile(r"skills/([^/]+)/SKILL\.md")
 _TOOL_FILE = re.compile(r"tools/([^/]+)\.json")
 _HOOK_FILE = re.compile(r"hooks/([^/]+)\.yaml")
 _PROMPT_FILE = re.compile(r"prompt/(\d\d)-([^/]+)\.md")
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^---[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
+FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^---[ \t]*(?:\n|\Z)", re.DOTALL | re.MULTILINE)
 
 _EXPECTED_FILE = {
     "skills": "skills/<name>/SKILL.md",
@@ -53,10 +53,14 @@ _EXPECTED_FILE = {
 }
 
 
-def parse_files(files: Mapping[str, str]) -> HarnessSpec:
-    """The spec a directory describes. Raises SpecInvalid with every parse and semantic error."""
+def parse_files(files: Mapping[str, str], *, bindings: Mapping[str, Collection[str]] | None = None) -> HarnessSpec:
+    """The spec a directory describes. Raises SpecInvalid with every parse and semantic error.
+
+    `bindings` (binding kind → the targets available where the harness will run) also checks that every
+    tool binds to one of them; without it, targets are checked for form only.
+    """
     errors: list[SpecError] = []
-    texts = {path: _normalise(text) for path, text in files.items()}
+    texts = {path: normalise(text) for path, text in files.items()}
     if HARNESS_FILE in texts:
         description, settings, variables = _parse_harness_yaml(texts[HARNESS_FILE], errors)
     else:
@@ -79,7 +83,7 @@ def parse_files(files: Mapping[str, str]) -> HarnessSpec:
     spec = HarnessSpec(description=description, settings=settings, variables=variables,
                        skills=tuple(skills), tools=tuple(tools), hooks=tuple(hooks), prompt=tuple(prompt))
     if not _context_unknown(errors):
-        errors += [error for error in validate(spec) if not any(_covers(parse, error) for parse in errors)]
+        errors += [error for error in validate(spec, bindings=bindings) if not any(_covers(parse, error) for parse in errors)]
     if errors:
         raise SpecInvalid(sorted(errors, key=lambda error: error.path))
     return spec
@@ -297,7 +301,7 @@ def _covers(parse_error: SpecError, error: SpecError) -> bool:
 # Loading text --------------------------------------------------------------------------------------
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
     """One form for every input: no byte-order mark, `\\n` line endings."""
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
@@ -316,12 +320,13 @@ class _Unreadable(Exception):
     """The file's syntax is broken; nothing in it can be trusted."""
 
 
-def _load_yaml(text: str) -> Any:
+def _load_yaml(text: str, first_line: int = 1) -> Any:
+    """`text` as YAML; `first_line` is the file's line `text` starts on, so errors name the file's lines."""
     try:
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        where = f" at line {mark.line + first_line}, column {mark.column + 1}" if mark else ""
         raise _Unreadable(f"invalid YAML{where}: {error.problem}") from error
     except yaml.YAMLError as error:
         raise _Unreadable(f"invalid YAML: {error}") from error
@@ -345,10 +350,10 @@ def _load_json(text: str) -> Any:
 
 
 def _load_front_matter(text: str) -> tuple[Any, str]:
-    match = _FRONT_MATTER.match(text)
+    match = FRONT_MATTER.match(text)
     if not match:
         raise _Unreadable("must start with YAML front matter between two '---' lines")
-    return _load_yaml(match.group(1)), text[match.end():]
+    return _load_yaml(match.group(1), first_line=2), text[match.end():]  # line 1 is the opening '---'
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -76,13 +76,17 @@ _REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.V
 _REWRITE_KEYS = ("pattern", "replacement")
 
 
-def validate(spec: HarnessSpec) -> list[SpecError]:
-    """Every semantic error in `spec`, sorted by path (empty when valid)."""
+def validate(spec: HarnessSpec, *, bindings: Mapping[str, Collection[str]] | None = None) -> list[SpecError]:
+    """Every semantic error in `spec`, sorted by path (empty when valid).
+
+    With `bindings` (binding kind → available targets), a tool whose kind is listed must bind to one of
+    its targets: a harness that calls a builtin this installation does not have is not valid here.
+    """
     scope = _Scope.of(spec)
     errors = [
         *_check_harness_file(spec),
         *_check_skills(spec, scope),
-        *_check_tools(spec),
+        *_check_tools(spec, bindings),
         *_check_hooks(spec, scope),
         *_check_prompt(spec, scope),
         *_check_total_size(spec),
@@ -215,13 +219,13 @@ def _check_skill(skill: Skill, scope: _Scope) -> Iterator[SpecError]:
 # tools ---------------------------------------------------------------------------------------------
 
 
-def _check_tools(spec: HarnessSpec) -> Iterator[SpecError]:
+def _check_tools(spec: HarnessSpec, bindings: Mapping[str, Collection[str]] | None) -> Iterator[SpecError]:
     yield from _check_duplicates("tool", [tool_path(tool.name) for tool in spec.tools])
     for tool in spec.tools:
-        yield from _check_tool(tool)
+        yield from _check_tool(tool, bindings)
 
 
-def _check_tool(tool: Tool) -> Iterator[SpecError]:
+def _check_tool(tool: Tool, bindings: Mapping[str, Collection[str]] | None) -> Iterator[SpecError]:
     path = tool_path(tool.name)
     if problem := name_problem(tool.name, allow_underscore=True):
         yield SpecError(path, problem)
@@ -231,7 +235,7 @@ def _check_tool(tool: Tool) -> Iterator[SpecError]:
     yield from _check_parameters(path, tool.parameters)
     if not isinstance(tool.strict, bool):
         yield _error(path, "function.strict", "must be true or false")
-    yield from _check_binding(path, tool)
+    yield from _check_binding(path, tool, bindings)
     yield from _check_int(path, "x_harness.timeout_ms", tool.timeout_ms, *TIMEOUT_MS_RANGE)
     yield from _check_int(path, "x_harness.retries", tool.retries, *TOOL_RETRIES_RANGE)
     if tool.side_effect not in SIDE_EFFECTS:
@@ -248,7 +252,7 @@ def _check_parameters(path: str, parameters: object) -> Iterator[SpecError]:
         yield _error(path, f"{location}.type", 'parameters must be a schema of "type": "object"')
 
 
-def _check_binding(path: str, tool: Tool) -> Iterator[SpecError]:
+def _check_binding(path: str, tool: Tool, bindings: Mapping[str, Collection[str]] | None) -> Iterator[SpecError]:
     kind, target = tool.binding.kind, tool.binding.target
     if kind not in BINDING_KINDS:
         yield _error(path, "x_harness.binding.kind", f"must be one of {_listed(BINDING_KINDS)}, not {kind!r}")
@@ -260,6 +264,10 @@ def _check_binding(path: str, tool: Tool) -> Iterator[SpecError]:
         yield from _check_http_target(path, location, target, tool.parameters)
     elif not _REGISTRY_NAME.fullmatch(target):
         yield _error(path, location, f"{kind} target must be a registered name such as catalogue.product_by_link_id")
+    elif bindings is not None and kind in bindings and target not in bindings[kind]:
+        available = sorted(bindings[kind])
+        choices = f"one of {_listed(available)}" if available else "none is installed; use another kind"
+        yield _error(path, location, f"no {kind} binding named {target!r} is available here: {choices}")
 
 
 def _check_http_target(path: str, location: str, target: str, parameters: object) -> Iterator[SpecError]:

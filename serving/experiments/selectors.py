@@ -4,7 +4,7 @@ from collections import defaultdict
 
 from django.utils import timezone
 
-from evaluation.metrics.latency import percentile
+from evaluation.metrics.latency import latency_band_labels, latency_histogram, percentile
 from serving.experiments import statistics as stats
 from serving.experiments.services import experiment_arm_label
 from serving.models import Experiment, Rollup, Trace
@@ -45,6 +45,7 @@ def experiment_snapshot(experiment: Experiment) -> dict:
         return {"experiment": {"id": experiment.pk, "key": experiment.key, "status": experiment.status,
                                "control_only": experiment.control_only, "stop_reason": experiment.stop_reason},
                 "arms": [], "metrics": [], "srm": None, "guardrails": [], "timeline": [],
+                "latency_bands": latency_band_labels(),
                 "decision": {"status": "no decision", "rule": "The experiment has no arms."},
                 "updated_at": timezone.now().isoformat(timespec="seconds")}
     control = arms[0]
@@ -105,6 +106,7 @@ def experiment_snapshot(experiment: Experiment) -> dict:
         "guardrails": guardrails,
         "decision": decision,
         "timeline": timeline,
+        "latency_bands": latency_band_labels(),
         "updated_at": timezone.now().isoformat(timespec="seconds"),
     }
 
@@ -189,6 +191,7 @@ def _guardrails(experiment: Experiment, arms) -> list[dict]:
             "arm": arm.name, "replies": len(latencies),
             "latency_p50_ms": percentile(latencies, 50), "latency_p95_ms": percentile(latencies, 95),
             "within_deadline": sum(v <= 15_000 for v in latencies) / len(latencies) if latencies else None,
+            "latency_histogram": latency_histogram(latencies),
             "judged": len(judged), "abstained": len(verdicts) - len(judged),
             "accuracy": sum(a for a, _ in judged) / len(judged) if judged else None,
             "effectiveness": sum(e for _, e in judged) / len(judged) if judged else None,

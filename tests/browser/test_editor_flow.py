@@ -25,14 +25,16 @@ def test_edit_commit_diff_promote(live_server, page, members, harness):
     skill_path = next(p for p in sorted(harness.head.files) if p.endswith("SKILL.md"))
     skill_name = skill_path.split("/")[1]
     page.click(f"a[href='?path={skill_path}']")
-    editor = page.locator("textarea[name=text]")
-    original = editor.input_value()
+    expect(page.locator(".code-editor[data-ready='1']")).to_be_visible()
+    original = page.locator("textarea[name=text]").input_value()  # the form field behind the code editor
+    editor = page.locator(".cm-content")
 
     # A name that breaks the Agent Skills rules: htmx validates while typing, nothing is saved.
     editor.fill(original.replace(f"name: {skill_name}", "name: Bad--Name", 1))
     expect(page.locator("#errors")).to_contain_text(skill_path)
     page.click("#save")
     expect(page.locator("#errors")).to_be_visible()
+    expect(page.locator(".code-editor")).to_have_attribute("data-marked-lines", "2")  # `name:` under the '---'
 
     # Fix it: a valid change this time.
     editor.fill(original.rstrip("\n") + "\n- Always greet returning viewers by name.\n")
