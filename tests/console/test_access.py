@@ -70,6 +70,7 @@ CONSOLE = {
     "evolution_round_evaluate": ("POST", "write"),
     "evolution_proposal_action": ("POST", "write"),
     "evolution_history": ("GET", "read"),
+    "evolution_diagnose_live": ("POST", "write"),
     "experiment_archive": ("POST", "write"),
     "experiment_delete": ("POST", "admin"),
     "training_home": ("GET", "read"),
@@ -274,6 +275,8 @@ API = {
     ("POST", "/api/v1/rooms/{room_id}/reply"): ("read", {"message": "hi", "viewer_id": "v1"}, True),
     ("POST", "/api/v1/events"): ("ingest", {"events": []}, False),
     ("POST", "/api/v1/eval/runs/{run_id}/diagnoses"): ("write", None, True),
+    ("POST", "/api/v1/harnesses/{name}/diagnoses"): ("write", {"version": 1, "start": "2026-11-01T00:00:00Z",
+                                                              "end": "2026-11-02T00:00:00Z"}, True),
     ("GET", "/api/v1/diagnoses/{diagnosis_id}"): ("read", None, True),
     ("GET", "/api/v1/diagnoses/{diagnosis_id}/clusters"): ("read", None, True),
     ("GET", "/api/v1/diagnoses/{diagnosis_id}/proposals"): ("read", None, True),
@@ -336,6 +339,8 @@ def test_api_access(client, tokens, world, harness, settings, method, path):
     services.label_move(actor=Actor.system("t"), harness=harness, name="production", version=harness.head, reason="go")
     room_upsert(workspace=harness.workspace, context=ROOM, harness=harness)
     scope, body, names_an_object = API[(method, path)]
+    if path == "/api/v1/harnesses/{name}/diagnoses":  # a live diagnosis needs a judged live trace in its window
+        _judged_live_trace(client, tokens["read"])
     call = lambda token: api_call(client, method, path, body, token, harness, world["own_key"])  # noqa: E731
     assert call(None).status_code == 401
     assert call("hok_deadbeef_nope").status_code == 401
@@ -352,6 +357,18 @@ def test_api_access(client, tokens, world, harness, settings, method, path):
         assert [h["name"] for h in foreign.json()] == ["secret"]
     else:
         assert foreign.status_code == 403  # the foreign key has no ingest scope
+
+
+def _judged_live_trace(client, token) -> None:
+    from datetime import UTC, datetime
+
+    from serving.models import Trace
+
+    reply = client.post("/api/v1/rooms/demo-room/reply", json.dumps({"message": "hi", "viewer_id": "v1"}),
+                        content_type="application/json", **bearer(token))
+    assert reply.status_code == 200, reply.content
+    Trace.objects.filter(trace_id=reply.json()["trace_id"]).update(
+        judge_accuracy=0, judge_effectiveness=0.0, created_at=datetime(2026, 11, 1, 12, tzinfo=UTC))
 
 
 def test_api_writes_need_scopes(client, tokens, harness):

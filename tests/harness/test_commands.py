@@ -36,7 +36,7 @@ def test_import_reports_every_error(workspace, tmp_path):
 
 def test_export_refuses_unknown_label_and_non_empty_dir(workspace, tmp_path):
     call_command("harness_import", str(DEMO_HARNESS), workspace="acme", harness="avatar")
-    with pytest.raises(CommandError, match="no version, label or hash"):
+    with pytest.raises(CommandError, match="no version, label or content hash"):
         call_command("harness_export", "avatar@production", str(tmp_path / "a"))
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "keep.txt").write_text("x")

@@ -106,7 +106,7 @@ def test_matrix_fans_out_one_run_per_cell_and_renders_a_heat_map(client, members
                                                                                     "effectiveness": 0.25}})
     client.force_login(members["viewer"])
     page = client.get(f"/w/acme/training/matrix/{matrix.pk}/").content.decode()
-    assert "chartjs-chart-matrix-3.1.0.min.js" in page and "0.500" in page and "queued" in page
+    assert "vendor/chartjs-chart-matrix/chartjs-chart-matrix.min.js" in page and "0.500" in page and "queued" in page
 
 
 @pytest.mark.django_db
