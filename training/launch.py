@@ -196,12 +196,14 @@ def run_launched(config: Any, launch: LaunchConfig, *, artifacts_dir: Path, repo
     status = process.returncode
     if status == 0:
         return results
-    if status == 3:
+    # accelerate's launcher exits 1 whatever its trainer's status was: the trainer's structured last line
+    # (relayed into `outcome`) is what says cancelled or refused, the exit status only when it is direct.
+    if status == 3 or "cancelled" in outcome:
         cancelled = outcome.get("cancelled") or {}
         raise TrainingCancelled(cancelled.get("stage", last[0]), int(cancelled.get("step", last[1])),
                                 cancelled.get("checkpoint"))
     error = outcome.get("error") or {}
-    if status == 2 and error:
+    if error.get("kind") in ("lineage", "config") or (status == 2 and error):
         if error.get("kind") == "lineage":
             raise LineageError(error.get("message", ""))
         raise ConfigError(error.get("field") or "config", error.get("message", ""))

@@ -126,7 +126,7 @@ def test_no_stored_text_runs_as_script(page, workspace, harness, members, demo_f
         visit(reverse("experiment_detail", kwargs={"ws": ws, "key": IMG}))
         page.wait_for_function("Number(document.getElementById('decision').dataset.updates) >= 2")
         assert SCRIPT in page.inner_text("#metrics") and SVG in page.inner_text("#guardrails")
-        assert SVG in page.locator("#chart text").all_text_contents()
+        # The charts are canvases (Chart.js): a stored name is drawn as pixels, never parsed as markup.
         assert IMG in page.inner_text("#banner") and SVG in page.inner_text("#decision")
         nothing_ran("the experiment dashboard after its live update")
 

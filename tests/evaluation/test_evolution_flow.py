@@ -63,7 +63,7 @@ def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, m
     chart = json.loads(page.content.decode().split('id="rounds-data" type="application/json">')[1].split("<")[0])
     assert chart["labels"] == ["v1", "v2"] and len(chart["accuracy"]) == 2
     assert f'id="ledger-{candidates[0].pk}"' in page.content.decode()
-    assert "chart-4.6.1.umd.min.js" in page.content.decode()
+    assert "vendor/chart.js/chart.umd.min.js" in page.content.decode()
     review = client.get(f"/w/acme/evolution/diagnoses/{diagnosis.pk}/").content.decode()
     assert 'id="gate"' in review and "Check the evaluation" not in review
 

@@ -57,9 +57,11 @@ def test_front_matter_field_error_points_at_the_field(files):
 
 
 def test_body_template_error_points_at_the_line_with_the_tag(files):
-    text = files[SKILL].rstrip("\n") + "\n\n- Quote {{ not_a_variable }} exactly.\n"
-    [(line, _)] = located(files, SKILL, text)
-    assert line == line_of(text, "not_a_variable")
+    # Prompt blocks are templates (skill bodies are plain text): an undeclared variable is named on its line.
+    block = "prompt/00-persona.md"
+    text = files[block].rstrip("\n") + "\n\nQuote {{ not_a_variable }} exactly.\n"
+    [(line, message)] = located(files, block, text)
+    assert line == line_of(text, "not_a_variable") and "not declared" in message
 
 
 def test_nested_json_field_points_at_its_key(files):
