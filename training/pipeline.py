@@ -67,13 +67,14 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
                  should_stop: Callable[[], bool]) -> list[StageResult]:
     """Run (or resume) every stage; the finished stages' results, in order. See the module docstring."""
     from training import data_prep  # torch and TRL load here, not on import of this module
-    from training.base_models import resolve_device
+    from training.base_models import resolve_bf16, resolve_device
     from training.stage_runtime import StageContext
 
     artifacts_dir = Path(artifacts_dir)
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     _claim(artifacts_dir, config)
     use_cpu = resolve_device(config.model.device) == "cpu"
+    bf16 = resolve_bf16(config.model.precision, use_cpu=use_cpu)
     specs = [h.spec() for h in config.harnesses]
     results: list[StageResult] = []
     parent = config.model.base
@@ -92,7 +93,8 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
         lineage = lineage_record(prepared.case_hashes, config.data.exclude, sources=prepared.sources)
         context = StageContext(stage=stage.kind, index=index, input_model=parent, base_model=config.model.base,
                                model=config.model, directory=directory, use_cpu=use_cpu, seed=config.seed,
-                               reporter=reporter, should_stop=should_stop, prepared=prepared, specs=specs)
+                               reporter=reporter, should_stop=should_stop, prepared=prepared, specs=specs,
+                               bf16=bf16)
         reporter.line(f"{stage.kind}: starting from {parent}")
         metrics = _stage_runner(stage.kind)(stage.config, context)
         result = StageResult(
@@ -100,7 +102,8 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
             metrics=metrics, data_lineage={**lineage, "report": prepared.report},
             harness_hashes=tuple(sorted(prepared.harness_hashes)),
             resolved_config={"stage": {"kind": stage.kind, "config": to_dict(stage.config)},
-                             "pipeline": config.to_dict(with_files=False), "use_cpu": use_cpu},
+                             "pipeline": config.to_dict(with_files=False), "use_cpu": use_cpu,
+                             "bf16": bf16},
         )
         _write_json(done, result.to_dict())
         reporter.line(f"{stage.kind}: finished, model at {result.path}")

@@ -180,8 +180,7 @@ def run_rl(config: RlConfig, context: StageContext) -> dict[str, float]:
     tokenizer.padding_side = "left"
     episodes = build_episodes(context, config)
     dataset = Dataset.from_list([{"prompt": episode.prompt()} for episode in episodes.values()])
-    args = GRPOConfig(**config.trainer_arguments(output_dir=str(context.trainer_dir), use_cpu=context.use_cpu,
-                                                 seed=context.seed),
+    args = GRPOConfig(**context.trainer_arguments(config),
                       num_generations=config.num_generations, max_completion_length=config.max_completion_length,
                       temperature=config.temperature, beta=config.beta, epsilon=config.epsilon, loss_type="grpo",
                       importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum",

@@ -26,8 +26,7 @@ def run_sft(config: SftConfig, context: StageContext) -> dict[str, float]:
     tokenized, lengths = tokenize_rows(rows, tokenizer, max_length=config.max_length, overlong=config.overlong)
     context.reporter.line(f"sft: {lengths.kept} trajectories, {lengths.tokens} tokens ({lengths.assistant_tokens} "
                           f"trained), longest {lengths.longest}, {lengths.dropped_overlong} over max_length dropped")
-    args = TrlSftConfig(**config.trainer_arguments(output_dir=str(context.trainer_dir), use_cpu=context.use_cpu,
-                                                   seed=context.seed),
+    args = TrlSftConfig(**context.trainer_arguments(config),
                         max_length=config.max_length, packing=False, assistant_only_loss=False,
                         completion_only_loss=False)
     reporter_callback, cancel_callback = context.callbacks()

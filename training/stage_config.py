@@ -2,7 +2,7 @@
 
 Like TRL's configs extend `TrainingArguments`, `SftConfig`, `OpdConfig` and `RlConfig` extend
 `StageConfig`; `trainer_arguments()` turns the shared knobs into TRL/transformers keyword arguments
-(CPU: `use_cpu`, fp32, no gradient checkpointing; GPU: bf16).
+(CPU: `use_cpu`, no gradient checkpointing, fp32 unless the pipeline asks for bf16; GPU: bf16).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ class StageConfig:
         require(1 <= self.save_steps, "save_steps", "must be >= 1")
         require(1 <= self.save_total_limit <= 100, "save_total_limit", "must be within 1..100")
 
-    def trainer_arguments(self, *, output_dir: str, use_cpu: bool, seed: int) -> dict[str, Any]:
+    def trainer_arguments(self, *, output_dir: str, use_cpu: bool, seed: int, bf16: bool | None = None
+                          ) -> dict[str, Any]:
         return {
             "output_dir": output_dir,
             "max_steps": self.max_steps,
@@ -60,7 +61,7 @@ class StageConfig:
             "report_to": "none",
             "seed": seed,
             "use_cpu": use_cpu,
-            "bf16": not use_cpu,
+            "bf16": (not use_cpu) if bf16 is None else bf16,
             "fp16": False,
             "gradient_checkpointing": False if use_cpu else True,
             "dataloader_num_workers": 0,

@@ -104,6 +104,12 @@ class StageContext:
     should_stop: Callable[[], bool]
     prepared: Any             # data_prep.Prepared
     specs: list[Any] = field(default_factory=list)  # the job's HarnessSpecs (RL rebuilds its episodes from them)
+    bf16: bool = False        # mixed precision (model.precision, resolved for the device)
+
+    def trainer_arguments(self, config: Any) -> dict[str, Any]:
+        """The stage config's trainer arguments for this device and precision."""
+        return config.trainer_arguments(output_dir=str(self.trainer_dir), use_cpu=self.use_cpu, seed=self.seed,
+                                        bf16=self.bf16)
 
     @property
     def trainer_dir(self) -> Path:

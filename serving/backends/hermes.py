@@ -4,6 +4,12 @@ The tool section, the `<tool_call>` blocks and the `<tool_response>` turns are t
 template, which vLLM's `hermes` tool parser reads. Rendering the local model's prompts the same way
 makes its trajectories look like the production model's, so traces, evaluation and training data do
 not depend on which backend produced them.
+
+One difference: each tool is written as its compact signature (`signature`: name, description and
+parameters, minified JSON), not the whole chat-completions definition. The wrapper, `strict` and
+`additionalProperties` tell a model nothing it can act on, and on the embedded 135M model the tool
+block was 60% of the first prompt (674 → 427 tokens for the compact demo harness), which is what a
+CPU pays for on every turn and every training row. Stored trajectories keep the full definitions.
 """
 
 import json
@@ -36,9 +42,29 @@ _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 
+def signature(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the prompt shows it: name, description, parameters (a signature is its own signature)."""
+    function = tool.get("function", tool)
+    parameters = _without_closed_objects(function.get("parameters") or {"type": "object", "properties": {}})
+    return {"name": function["name"], "description": function.get("description", ""), "parameters": parameters}
+
+
+def signatures(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [signature(tool) for tool in tools]
+
+
+def _without_closed_objects(schema: Any) -> Any:
+    """The schema less `additionalProperties` (the arguments are validated against the full schema anyway)."""
+    if isinstance(schema, dict):
+        return {key: _without_closed_objects(value) for key, value in schema.items() if key != "additionalProperties"}
+    if isinstance(schema, list):
+        return [_without_closed_objects(item) for item in schema]
+    return schema
+
+
 def tools_section(tools: list[dict[str, Any]]) -> str:
-    """The `# Tools` text appended to the system message: one JSON signature per line."""
-    lines = [json.dumps(tool, ensure_ascii=False) for tool in tools]
+    """The `# Tools` text appended to the system message: one minified JSON signature per line."""
+    lines = [json.dumps(signature(tool), ensure_ascii=False, separators=(",", ":")) for tool in tools]
     return "\n".join([TOOLS_PREAMBLE, *lines, TOOLS_INSTRUCTION])
 
 

@@ -18,7 +18,7 @@ from serving.backends import (
     create_backend,
     register_backend,
 )
-from serving.backends.hermes import DEFAULT_SYSTEM, parse_tool_calls, render_chatml, tools_section
+from serving.backends.hermes import DEFAULT_SYSTEM, parse_tool_calls, render_chatml, signature, tools_section
 from serving.backends.openai import OpenAIBackend
 from serving.backends.scripted import ScriptedBackend, step_from_json
 from serving.vllm import PROFILES, VllmProfile
@@ -158,9 +158,21 @@ def test_render_tools_into_the_system_message_one_signature_per_line():
     prompt = render_chatml([{"role": "system", "content": "You sell scarves."}, *USER], [PRICE_TOOL])
     system = prompt.split("<|im_end|>")[0]
     assert system.startswith("<|im_start|>system\nYou sell scarves.\n\n# Tools\n")
-    assert f"<tools>\n{json.dumps(PRICE_TOOL)}\n</tools>" in system
+    signature = ('{"name":"get_price","description":"Price of a product","parameters":{"type":"object",'
+                 '"properties":{"sku":{"type":"string"}},"required":["sku"]}}')
+    assert f"<tools>\n{signature}\n</tools>" in system
     assert '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' in system
     assert tools_section([PRICE_TOOL]) in system
+
+
+def test_a_signature_keeps_what_a_model_can_act_on_and_is_its_own_signature():
+    strict = {"type": "function", "function": {**PRICE_TOOL["function"], "strict": True, "parameters": {
+        **PRICE_TOOL["function"]["parameters"], "additionalProperties": False}}}
+    assert signature(strict) == {"name": "get_price", "description": "Price of a product",
+                                 "parameters": {"type": "object", "properties": {"sku": {"type": "string"}},
+                                                "required": ["sku"]}}
+    assert signature(signature(strict)) == signature(strict)
+    assert tools_section([strict]) == tools_section([PRICE_TOOL]) == tools_section([signature(PRICE_TOOL)])
 
 
 def test_render_tool_calls_and_results_round_trip():

@@ -40,6 +40,7 @@ def test_good_config_round_trips():
     (("model", "finetune"), "half", "model.finetune"),
     (("model", "lora_r"), 0, "model.lora_r"),
     (("model", "device"), "tpu", "model.device"),
+    (("model", "precision"), "fp8", "model.precision"),
     (("harnesses",), [], "harnesses"),
     (("harnesses", 0, "files"), {"harness.yaml": "format: nope"}, "harnesses[0].files"),
     (("data", "simulator_cases"), -1, "data.simulator_cases"),
@@ -72,3 +73,14 @@ def test_cli_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
     assert main(["--config", str(path), "--artifacts-dir", str(tmp_path / "out")]) == 2
     assert '"field": "stages[0].config.max_steps"' in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing started
+
+
+def test_precision_resolves_per_device_and_reaches_the_trainer():
+    from training.base_models import resolve_bf16
+    from training.sft_config import SftConfig
+
+    assert [resolve_bf16(p, use_cpu=True) for p in ("fp32", "bf16", "auto")] == [False, True, False]
+    assert [resolve_bf16(p, use_cpu=False) for p in ("fp32", "bf16", "auto")] == [False, True, True]
+    arguments = SftConfig().trainer_arguments(output_dir="/tmp/x", use_cpu=True, seed=1, bf16=True)
+    assert arguments["bf16"] is True and arguments["use_cpu"] is True
+    assert SftConfig().trainer_arguments(output_dir="/tmp/x", use_cpu=True, seed=1)["bf16"] is False

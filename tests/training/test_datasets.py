@@ -3,7 +3,7 @@ nothing is truncated silently."""
 
 import pytest
 
-from serving.backends.hermes import render_chatml
+from serving.backends.hermes import render_chatml, signatures
 from training.base_models import TINY, load_tokenizer
 from training.chat_template import CHAT_TEMPLATE
 from training.datasets import OverlongError, tokenize_conversation, tokenize_rows
@@ -37,10 +37,10 @@ def trained_spans(tokenizer, ids, mask):
 
 def test_template_renders_exactly_what_the_local_backend_serves(tokenizer, rows):
     for row in rows:
-        text = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False,
+        text = tokenizer.apply_chat_template(row["messages"], tools=signatures(row["tools"]), tokenize=False,
                                              chat_template=CHAT_TEMPLATE)
         assert text == render_chatml(row["messages"], row["tools"]).removesuffix("<|im_start|>assistant\n")
-    prompt = tokenizer.apply_chat_template(rows[0]["messages"][:2], tools=rows[0]["tools"], tokenize=False,
+    prompt = tokenizer.apply_chat_template(rows[0]["messages"][:2], tools=signatures(rows[0]["tools"]), tokenize=False,
                                            add_generation_prompt=True, chat_template=CHAT_TEMPLATE)
     assert prompt == render_chatml(rows[0]["messages"][:2], rows[0]["tools"])
 

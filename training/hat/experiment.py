@@ -69,7 +69,8 @@ class ExperimentConfig:
     eval_deadline_s: float = 600.0      # per turn; a CPU generates slowly, and a deadline is a failed answer
     finetune: str = "lora"              # lora (adapters on every linear layer, merged per stage) | full
     lora_r: int = 16
-    device: str = "cpu"                 # cpu (fp32) or cuda: training (model.device) and eval alike
+    device: str = "cpu"                 # cpu or cuda: training (model.device) and eval alike
+    precision: str = "auto"             # training: fp32 | bf16 (mixed) | auto (bf16 on cuda) — model.precision
     engine: str = ""                    # eval engine: llama.cpp | transformers ("" = llama.cpp on cpu)
     eval_workers: int = 2               # arms judged at once, beside training
     eval_limit: int = 0                 # judge only the first N eval cases (0: all); exclusions still cover all
@@ -210,7 +211,8 @@ def _sft_stage(config: ExperimentConfig, rows: int) -> dict[str, Any]:
 
 def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any], workdir: Path
                      ) -> dict[str, dict[str, Any]]:
-    model = {"base": config.base, "finetune": config.finetune, "device": config.device}
+    model = {"base": config.base, "finetune": config.finetune, "device": config.device,
+             "precision": config.precision}
     if config.finetune == "lora":
         model |= {"lora_r": config.lora_r, "lora_alpha": 2 * config.lora_r, "lora_target_modules": LORA_MODULES}
     common = {"model": model,
