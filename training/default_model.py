@@ -101,6 +101,11 @@ def package_adapter(stage_dir: Path, result: dict, arm: str, out_dir: Path = ADA
     if not (adapter / ADAPTER_FILE).is_file():
         raise DefaultModelError(f"{stage_dir} has no LoRA adapter (train with model.finetune = lora)")
     record = json.loads((stage_dir / "result.json").read_text()) if (stage_dir / "result.json").is_file() else {}
+    if record.get("parent_path", result["model"]) != result["model"]:
+        # A later stage's adapter was trained on the merged model of the stage before it: alone, on the
+        # base, it is a model nobody trained or measured.
+        raise DefaultModelError(f"{stage_dir} continued from {record['parent_path']}, not from the base "
+                                f"{result['model']}; only a stage trained directly on the base can ship as an adapter")
     scores, base = result["arms"][arm], result["arms"]["base"]
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = {name: value.astype("float16") for name, value in load_file(str(adapter / ADAPTER_FILE)).items()}

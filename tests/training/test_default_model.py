@@ -19,6 +19,7 @@ from training.default_model import (
     built_path,
     gguf_name,
     manifest,
+    package_adapter,
     sha256,
 )
 
@@ -92,3 +93,21 @@ def test_the_local_backend_serves_the_built_default(settings, tmp_path, tiny_ada
     assert model_config.backend_for("local").model_path == path
     settings.LOCAL_MODEL = "/models/other.gguf"
     assert model_config.local_model_path() == "/models/other.gguf"
+
+
+def test_only_a_stage_trained_on_the_base_packages_as_the_default(tmp_path, tiny_adapter):
+    scores = {"fixed": 0.5, "heldout": 0.4, "ifeval": 0.3, "fixed_ci": [0.4, 0.6], "heldout_ci": [0.3, 0.5]}
+    result = {"model": TINY, "n": {"fixed": 2, "heldout": 2, "ifeval": 1},
+              "arms": {"hsa_sft": scores, "hsa_sft_opd": scores, "base": scores}}
+    for name, parent in (("sft", TINY), ("opd", "/runs/hat/stages/00-sft/model")):
+        stage = tmp_path / name
+        (stage / "adapter").mkdir(parents=True)
+        for file in (ADAPTER_FILE, "adapter_config.json"):
+            (stage / "adapter" / file).write_bytes((tiny_adapter / file).read_bytes())
+        (stage / "result.json").write_text(json.dumps({"parent_path": parent, "data_lineage": {"cases": 3}}))
+    packaged = package_adapter(tmp_path / "sft", result, "hsa_sft", out_dir=tmp_path / "out")
+    info = manifest(packaged)
+    assert info["arm"] == "hsa_sft" and info["metrics"]["fixed"] == 0.5 and info["lineage"]["stage"]["cases"] == 3
+    with pytest.raises(DefaultModelError, match="not from the base"):
+        package_adapter(tmp_path / "opd", result, "hsa_sft_opd", out_dir=tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,10 +113,13 @@ def load_for_eval(model_dir: str, *, device: str = "cpu") -> tuple[Any, Any]:
 
 
 def judge_turns(backend: Any, items: Sequence[tuple[Case, HarnessSpec]], *, deadline_s: float,
-                label: str) -> list[TurnScore]:
-    """Every (case, harness) answered once and judged (failures are failed answers, never skipped)."""
+                label: str, say: Callable[[str], None] | None = None) -> list[TurnScore]:
+    """Every (case, harness) answered once and judged (failures are failed answers, never skipped).
+
+    `say` hears a progress line every 20 turns (a CPU run takes long enough to want one)."""
     scores = []
-    for case, spec in items:
+    started = time.monotonic()
+    for index, (case, spec) in enumerate(items, 1):
         sandbox = SandboxTools(dict(case.room), forced_faults=dict(case.faults) or None, seed=case.case_id)
         turn = TurnInput(message=case.message, viewer_id=case.viewer_id, room=RoomContext.from_dict(dict(case.room)),
                          recent_dialogue=case.dialogue)
@@ -124,6 +128,10 @@ def judge_turns(backend: Any, items: Sequence[tuple[Case, HarnessSpec]], *, dead
         verdict = judge_reference(case, result.trace)
         scores.append(TurnScore(case.case_id, int(verdict.accuracy), float(verdict.effectiveness), result.outcome,
                                 tuple(verdict.reasons)))
+        if say and (index % 20 == 0 or index == len(items)):
+            elapsed = time.monotonic() - started
+            say(f"hat: {label} {index}/{len(items)} judged, accuracy so far "
+                f"{sum(s.accuracy for s in scores) / index:.2f}, {elapsed / index:.1f} s/turn")
     return scores
 
 

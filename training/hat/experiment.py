@@ -240,7 +240,8 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
     return {"fixed": fixed, "hat": hat}
 
 
-def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str) -> dict[str, Any]:
+def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str,
+                say: Any = None) -> dict[str, Any]:
     from training.hat.evaluate import Capped, bootstrap_ci, eval_backend, ifeval_scores, judge_turns, mean
 
     engine = config.engine or ("llama.cpp" if config.device == "cpu" else "transformers")
@@ -248,10 +249,9 @@ def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str
     backend = Capped(served, config.max_new_tokens)
     limit = config.eval_limit or len(data.eval_cases)
     fixed = judge_turns(backend, [(case, data.spec) for case in data.eval_cases[:limit]],
-                        deadline_s=config.eval_deadline_s,
-                        label=f"{label}:fixed")
+                        deadline_s=config.eval_deadline_s, label=f"{label}:fixed", say=say)
     held = judge_turns(backend, [(v.case, v.spec) for v in data.heldout[:limit]], deadline_s=config.eval_deadline_s,
-                       label=f"{label}:heldout")
+                       label=f"{label}:heldout", say=say)
     ifeval = ifeval_scores(served, data.ifeval, max_new_tokens=config.ifeval_new_tokens)
     fixed_acc, held_acc = [s.accuracy for s in fixed], [s.accuracy for s in held]
     outcomes: dict[str, int] = {}
@@ -264,7 +264,14 @@ def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str
             "ifeval_ci": bootstrap_ci(ifeval, seed=config.seed + 2),
             "fixed_effectiveness": round(mean([s.effectiveness for s in fixed]), 4),
             "heldout_effectiveness": round(mean([s.effectiveness for s in held]), 4),
-            "outcomes": dict(sorted(outcomes.items()))}
+            "outcomes": dict(sorted(outcomes.items())),
+            # per turn, for reading the failures (kept in the workdir, left out of the report)
+            "turns": {"fixed": [_turn_record(s) for s in fixed], "heldout": [_turn_record(s) for s in held]}}
+
+
+def _turn_record(score: Any) -> dict[str, Any]:
+    return {"case_id": score.case_id, "accuracy": score.accuracy, "outcome": score.outcome,
+            "reasons": list(score.reasons)}
 
 
 def disjointness(data: Data, split: dict[str, Any], trained_hashes: set[str]) -> dict[str, Any]:
@@ -421,14 +428,14 @@ class ArmEvaluations:
             return scores
         t0 = time.monotonic()
         self.reporter.line(f"hat: evaluating {arm}")
-        scores = _arm_scores(model_dir, self.data, self.config, arm)
+        scores = _arm_scores(model_dir, self.data, self.config, arm, say=self.reporter.line)
         scores["eval_s"] = round(time.monotonic() - t0, 1)
         saved.write_text(json.dumps(scores, indent=1))
         self.reporter.line(f"hat: {arm} fixed={scores['fixed']} heldout={scores['heldout']} ifeval={scores['ifeval']}")
         return scores
 
     def results(self) -> dict[str, dict[str, Any]]:
-        arms = {arm: self.futures[arm].result() for arm in ARMS}
+        arms = {arm: {k: v for k, v in self.futures[arm].result().items() if k != "turns"} for arm in ARMS}
         for arm, scores in arms.items():
             self.timings[f"eval_{arm}"] = scores.get("eval_s", 0.0)
         return arms
