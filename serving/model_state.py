@@ -22,6 +22,24 @@ def _measured_speed(workspace, name: str) -> dict | None:
     return {"tokens_per_s": sum(tokens for tokens, _ in rows) / (model_ms / 1000), "turns": len(rows)}
 
 
+def trained_default() -> dict | None:
+    """The manifest of the HAT-trained default when it is what the `local` backend serves, else None."""
+    from pathlib import Path
+
+    from serving.model_config import local_model_path
+    from training.default_model import built_path, manifest
+
+    served = local_model_path()
+    built = built_path(settings.VAR_DIR)
+    if served is None or built is None or Path(served) != built:
+        return None
+    return manifest()
+
+
+def _percent(value) -> str:
+    return f"{100 * float(value):.0f}%" if isinstance(value, int | float) else "an unmeasured share"
+
+
 def backend_description(name: str) -> dict:
     """What `name` is and what its answers are worth, for people."""
     if name == "local":
@@ -38,6 +56,18 @@ def backend_description(name: str) -> dict:
             status = f"loading now ({seconds:.0f} s so far)"
         else:
             status = "not loaded yet: the first answer loads it (about a second) and reads the whole prompt (slow)"
+        trained = trained_default()
+        if trained is not None:
+            metrics = trained.get("metrics", {})
+            return {"name": name, "model": f"{trained['name']} (SmolLM2-135M + a HAT-trained adapter) on llama.cpp, "
+                                           "in process", "state": status, "small": True,
+                    "note": f"The offline default is a 135M-parameter model trained for the compact avatar harness "
+                            f"({trained.get('harness', {}).get('path', 'harness/demo/compact')}). Judged on that "
+                            f"harness it answered {_percent(metrics.get('fixed'))} of viewer questions correctly "
+                            f"({_percent(metrics.get('heldout'))} after harness edits it never saw; the untrained "
+                            f"base: {_percent(metrics.get('base_fixed'))}); on long harnesses such as the full demo "
+                            "avatar it is much weaker. Point HARNESSOPS_OPENAI_BASE_URL at a vLLM server for real "
+                            "answers."}
         return {"name": name, "model": f"{local.MODEL_FILE} on llama.cpp, in process", "state": status,
                 "small": True,
                 "note": "The offline default is a 135M-parameter model. It often ignores the harness's skills and "

@@ -16,7 +16,7 @@ from harness.runtime import OUTCOMES
 from harness.spec import parse_files
 from serving import selectors
 from serving.model_config import available_backends
-from serving.model_state import backend_states, outcome_explanation
+from serving.model_state import backend_states, outcome_explanation, trained_default
 from serving.models import Trace
 from serving.services import ReplyRequestError, room_reply
 
@@ -25,6 +25,14 @@ DIALOGUE_KEEP = 10
 
 def _session_key(workspace) -> str:
     return f"playground:{workspace.slug}"
+
+
+def _trained_for(harnesses) -> str:
+    """The harness the embedded trained model was trained on, when the workspace has it at its head (the
+    first thing a new operator tries should be what the default model can answer), else ""."""
+    trained = trained_default()
+    wanted = (trained or {}).get("harness", {}).get("content_hash")
+    return next((h.name for h in harnesses if wanted and h.head and h.head.content_hash == wanted), "")
 
 
 @workspace_view(WRITE)
@@ -45,6 +53,8 @@ def playground(request):
             heads = {(h.name, str(h.head.number)) for h in harnesses if h.head}
             if (request.GET["harness"], request.GET["version"]) not in heads:  # a head already has its option
                 context["pinned"] = f"{request.GET['harness']} v{request.GET['version']}"
+        elif not context["choice"].get("harness"):
+            context["choice"] = {**context["choice"], "harness": _trained_for(harnesses)}
         return render(request, "serving/playground.html", context)
 
     choice = {k: request.POST.get(k, "") for k in ("harness", "version", "backend", "room", "viewer_id")}

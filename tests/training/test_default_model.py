@@ -111,3 +111,39 @@ def test_only_a_stage_trained_on_the_base_packages_as_the_default(tmp_path, tiny
     with pytest.raises(DefaultModelError, match="not from the base"):
         package_adapter(tmp_path / "opd", result, "hsa_sft_opd", out_dir=tmp_path / "out2")
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.django_db
+def test_the_console_names_the_trained_default_and_opens_the_playground_on_its_harness(
+        client, members, workspace, settings, tmp_path, tiny_adapter, monkeypatch):
+    from console.access import Actor
+    from harness import services
+    from harness.spec import parse_files, read_dir
+    from serving.model_state import backend_description
+    from training import default_model
+    from training.hat.experiment import COMPACT_HARNESS
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    for file in (ADAPTER_FILE, "adapter_config.json"):
+        (adapter / file).write_bytes((tiny_adapter / file).read_bytes())
+    compact = parse_files(read_dir(COMPACT_HARNESS))
+    info = {**json.loads((tiny_adapter / "manifest.json").read_text()), "name": "smollm2-135m-hat-hsa-sft",
+            "harness": {"path": "harness/demo/compact", "content_hash": compact.content_hash},
+            "metrics": {"fixed": 0.61, "heldout": 0.42, "base_fixed": 0.0}}
+    (adapter / "manifest.json").write_text(json.dumps(info))
+    settings.VAR_DIR, settings.LOCAL_MODEL, settings.MODEL_BACKEND = tmp_path, None, "local"
+    monkeypatch.setattr(default_model, "ADAPTER_DIR", adapter)
+    assert "a HAT-trained adapter" not in backend_description("local")["model"]  # not built: the base answers
+    build_default_gguf(tmp_path, adapter)
+    described = backend_description("local")
+    assert described["model"].startswith("smollm2-135m-hat-hsa-sft")
+    assert "61% of viewer questions" in described["note"] and "42% after harness edits" in described["note"]
+    for name, files in (("avatar", read_dir(COMPACT_HARNESS.parent / "avatar")), ("avatar-compact",
+                                                                                    read_dir(COMPACT_HARNESS))):
+        services.harness_create(actor=Actor.system("test"), workspace=workspace, name=name, files=files,
+                                message="first")
+    client.force_login(members["operator"])
+    page = client.get(f"/w/{workspace.slug}/playground/").content.decode()
+    assert '<option value="avatar-compact" selected>' in page
+    assert "smollm2-135m-hat-hsa-sft" in page
