@@ -73,12 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-only", action="store_true",
                         help="re-render --out-md from --out-json (e.g. with new --notes), without running")
     parser.add_argument("--out-md", default=str(ROOT / "docs" / "hat-reproduction.md"))
+    parser.add_argument("--package-default", action="store_true",
+                        help="afterwards, commit-ready: copy HSA-SFT's adapter to training/default_model/ when its "
+                             "accuracy under the original harness clearly beats the base's (95%% intervals apart)")
     args = parser.parse_args(argv)
     if args.render_only:
         result = json.loads(Path(args.out_json).read_text(encoding="utf-8"))
         notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
         Path(args.out_md).write_text(render_markdown(result, notes), encoding="utf-8")
-        return 0
+        return package_default(result, Path(args.workdir)) if args.package_default else 0
     config = ExperimentConfig(model=args.model, cases=args.cases, train_examples=args.train_examples,
                               rl_steps=args.steps, opd_steps=args.opd_steps, rl_cases=args.rl_cases,
                               sft_epochs=args.epochs, ifeval=args.ifeval, learning_rate=args.lr,
@@ -95,6 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     markdown = render_markdown(result, Path(args.notes).read_text(encoding="utf-8") if args.notes else "")
     Path(args.out_md).write_text(markdown, encoding="utf-8")
     print(markdown)
+    if args.package_default:
+        return package_default(result, Path(args.workdir))
+    return 0
+
+
+def package_default(result: dict, workdir: Path) -> int:
+    from training.default_model import SHIPPABLE_ARM, beats_base, package_adapter
+
+    scores, base = result["arms"][SHIPPABLE_ARM], result["arms"]["base"]
+    if not beats_base(result):
+        print(f"Not packaged: {SHIPPABLE_ARM} {scores['fixed']} {scores['fixed_ci']} does not clearly beat the base "
+              f"{base['fixed']} {base['fixed_ci']} under the original harness.")
+        return 1
+    out = package_adapter(workdir / "hat" / "stages" / "00-sft", result, SHIPPABLE_ARM)
+    print(f"Packaged {SHIPPABLE_ARM} into {out}; `manage.py build_default_model` (make run) builds it.")
     return 0
 
 

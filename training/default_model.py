@@ -129,3 +129,13 @@ def package_adapter(stage_dir: Path, result: dict, arm: str, out_dir: Path = ADA
     }
     (out_dir / "manifest.json").write_text(json.dumps(info, indent=1) + "\n")
     return out_dir
+
+
+SHIPPABLE_ARM = "hsa_sft"  # trained directly on the base, so its adapter alone is the model (package_adapter)
+
+
+def beats_base(result: dict, arm: str = SHIPPABLE_ARM) -> bool:
+    """Whether `arm` beats the base under the original harness by a clear margin: its 95% interval lies
+    wholly above the base's (the issue's condition for shipping it as the embedded default)."""
+    arms = result["arms"]
+    return arms[arm]["fixed_ci"][0] > arms["base"]["fixed_ci"][1]

@@ -15,6 +15,7 @@ from training.base_models import TINY, gguf_path, materialize_base, model_cache
 from training.default_model import (
     ADAPTER_FILE,
     DefaultModelError,
+    beats_base,
     build_default_gguf,
     built_path,
     gguf_name,
@@ -147,3 +148,12 @@ def test_the_console_names_the_trained_default_and_opens_the_playground_on_its_h
     page = client.get(f"/w/{workspace.slug}/playground/").content.decode()
     assert '<option value="avatar-compact" selected>' in page
     assert "smollm2-135m-hat-hsa-sft" in page
+
+
+def test_only_a_clear_margin_over_the_base_ships():
+    def result(arm_ci, base_ci):
+        return {"arms": {"hsa_sft": {"fixed_ci": arm_ci}, "base": {"fixed_ci": base_ci}}}
+
+    assert beats_base(result([0.21, 0.40], [0.0, 0.0]))
+    assert not beats_base(result([0.0, 0.05], [0.0, 0.0]))       # a zero lower bound is no margin
+    assert not beats_base(result([0.30, 0.50], [0.25, 0.45]))    # overlapping intervals
