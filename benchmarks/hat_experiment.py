@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.hat.experiment import ExperimentConfig, run_experiment  # noqa: E402
+from training.hat.experiment import ExperimentConfig, judge_arm, run_experiment  # noqa: E402
 from training.hat.report import render_markdown  # noqa: E402
 
 
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-only", action="store_true",
                         help="re-render --out-md from --out-json (e.g. with new --notes), without running")
     parser.add_argument("--out-md", default=str(ROOT / "docs" / "hat-reproduction.md"))
+    parser.add_argument("--judge-arm", choices=("fixed_sft", "hsa_sft", "hsa_sft_opd", "hat"),
+                        help="only judge this trained arm into the workdir's eval cache (another process can share "
+                             "the judging of a run; the run, resumed, reads it)")
     parser.add_argument("--package-default", action="store_true",
                         help="afterwards, commit-ready: copy HSA-SFT's adapter to training/default_model/ when its "
                              "accuracy under the original harness clearly beats the base's (95%% intervals apart)")
@@ -91,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit,
                               parallel_training=args.parallel_training)
+    if args.judge_arm:
+        scores = judge_arm(config, args.judge_arm, PrintReporter())
+        print(json.dumps({k: v for k, v in scores.items() if k != "turns"}, indent=1))
+        return 0
     result = run_experiment(config, PrintReporter())
     result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}

@@ -361,6 +361,21 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
     }
 
 
+ARM_STAGES = {"fixed_sft": ("fixed", "00-sft"), "hsa_sft": ("hat", "00-sft"), "hsa_sft_opd": ("hat", "01-opd"),
+              "hat": ("hat", "02-rl")}
+
+
+def judge_arm(config: ExperimentConfig, arm: str, reporter: Reporter) -> dict[str, Any]:
+    """Judge one trained arm of a run into its workdir's eval cache (`eval/<arm>.json`), as the run would."""
+    pipeline, stage = ARM_STAGES[arm]
+    model_dir = Path(config.workdir) / pipeline / "stages" / stage / "model"
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{arm} is not trained yet: no model in {model_dir}")
+    data = build_data(config)
+    with ArmEvaluations(config, data, Path(config.workdir) / "eval", reporter, {}) as evaluations:
+        return evaluations._evaluate(arm, str(model_dir))
+
+
 def _train_aside(raw: dict[str, Any], artifacts_dir: Path) -> Any:
     import multiprocessing
 
