@@ -2,7 +2,6 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
@@ -11,6 +10,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.access import ADMIN, API_KEY_SCOPES, Actor, require_workspace_creator
 from console.models import Role
+from console.pagination import page_from_query
 from console.selectors import audit_events, members, workspaces_for_user
 from console.services import (
     MembershipError,
@@ -151,8 +151,9 @@ def key_revoke(request, key_id: int):
 @workspace_view()
 def audit_log(request):
     filters = {k: request.GET.get(k, "").strip() for k in ("action", "actor", "target")}
-    page = Paginator(audit_events(request.workspace, **filters), 50).get_page(request.GET.get("page"))
-    context = {"page": page, "filters": filters}
+    paged = page_from_query(request.GET, audit_events(request.workspace, **filters))
+    context = {"page": paged.page, "page_error": paged.error, "filters": filters}
+    status = 422 if paged.error else 200
     if request.htmx and not request.htmx.history_restore_request:  # a history restore needs the page
-        return render(request, "console/audit.html#rows", context)
-    return render(request, "console/audit.html", context)
+        return render(request, "console/audit.html#rows", context, status=status)
+    return render(request, "console/audit.html", context, status=status)

@@ -14,7 +14,7 @@ from evaluation.judges.reference import argument_matches, parse_arguments
 from evaluation.judges.text import contains, tokens
 
 _TOOL_REASON = re.compile(r"expected tool call not made: ([\w.-]+)\((.*)\)\s*$")
-_FACT_REASON = re.compile(r"missing fact: ['\"](.*)['\"]\s*$")
+_FACT_REASON = re.compile(r"missing fact: ['\"“](.*)['\"”]\s*$")  # older runs stored Python's quotes
 _SKILL_REASON = re.compile(r"no expected reply skill loaded")
 
 
@@ -31,7 +31,7 @@ def judge_contradictions(record: CaseRecord) -> list[str]:
         text = re.sub(r"^\[[^\]]*\]\s*", "", reason.strip())
         if match := _FACT_REASON.search(text):
             if contains(reply_tokens, match.group(1)):
-                found.append(f"says {match.group(1)!r} is missing, but the reply states it")
+                found.append(f"says “{match.group(1)}” is missing, but the reply states it")
         elif match := _TOOL_REASON.search(text):
             name, raw = match.groups()
             try:

@@ -141,11 +141,11 @@ def judge_reference(case: Case, trace: Mapping[str, Any]) -> Verdict:
     missing_facts = [f for f in expected.facts if f not in present]
     facts_ok = not missing_facts
     if not expected.silent:
-        reasons.extend(f"missing fact: {f!r}" for f in missing_facts)
+        reasons.extend(f"missing fact: “{f}”" for f in missing_facts)
 
     claimed = [f for f in expected.forbidden if contains(reply_tokens, f)]
     forbidden_ok = not claimed
-    reasons.extend(f"forbidden claim present: {f!r}" for f in claimed)
+    reasons.extend(f"forbidden claim present: “{f}”" for f in claimed)
 
     steps = tool_steps(trace)
     called = [str(s.get("name")) for s in steps]

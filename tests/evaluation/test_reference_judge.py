@@ -97,7 +97,7 @@ def test_some_facts_is_partially_correct():
     v = judged("It's $71.20 today!")  # the size fact is missing
     assert (v.accuracy, v.effectiveness) == (0, 0.5)
     assert v.checks["facts"] is False
-    assert "missing fact: 'M'" in v.reasons
+    assert "missing fact: “M”" in v.reasons
     assert "partially correct: 1 of 2 facts" in v.reasons
 
 
@@ -116,7 +116,7 @@ def test_forbidden_claim_makes_an_otherwise_correct_reply_wrong():
     v = judged("$71.20 in M, with free shipping!")
     assert (v.accuracy, v.effectiveness) == (0, 0.0)
     assert v.checks["forbidden"] is False and v.checks["facts"] is True
-    assert "forbidden claim present: 'free shipping'" in v.reasons
+    assert "forbidden claim present: “free shipping”" in v.reasons
 
 
 def test_forbidden_claim_cancels_partial_credit():
