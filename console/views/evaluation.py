@@ -266,7 +266,7 @@ def compare(request):
     from evaluation.models import RunComparison
     from evaluation.services import DEFAULT_GATE, comparison_create
 
-    comparison = None
+    comparison, status = None, 200
     if request.method == "POST":
         if WRITE not in request.capabilities:
             raise PermissionDenied("Comparing runs needs the write permission.")
@@ -283,6 +283,7 @@ def compare(request):
             return redirect(f"{request.path}?id={comparison.pk}")
         except (EvalError, ValueError, Http404) as exc:
             messages.error(request, f"Not compared: {exc}")
+            status = 422
     elif request.GET.get("id"):
         if not request.GET["id"].isdigit():
             raise Http404("No such comparison.")
@@ -291,10 +292,25 @@ def compare(request):
         if comparison is None:
             raise Http404("No such comparison.")
     done = selectors.runs(request.workspace).filter(status="done")
-    # "Compare with…" on a run page arrives with ?baseline=&candidate= to preselect the pair.
-    picked = {k: int(v) for k in ("baseline", "candidate") if (v := request.GET.get(k, "")).isdigit()}
+    # "Compare with…" on a run page arrives with ?baseline=&candidate= to preselect the pair; a refused POST
+    # keeps the pair it was given.
+    source = request.POST if request.method == "POST" else request.GET
+    picked = {k: int(v) for k in ("baseline", "candidate") if (v := source.get(k, "")).isdigit()}
+    if not picked and comparison is None:
+        picked = _default_pair(done)
     metrics = {k: v for k, v in comparison.metrics.items() if not k.startswith("_")} if comparison else {}
     return render(request, "evaluation/compare.html", {
         "runs": done, "comparison": comparison, "picked": picked, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
         "abstained": comparison.metrics.get("_abstained") if comparison else None,
-        "history": RunComparison.objects.filter(workspace=request.workspace)[:20]})
+        "history": RunComparison.objects.filter(workspace=request.workspace)[:20]}, status=status)
+
+
+def _default_pair(done) -> dict[str, int]:
+    """The newest finished run as candidate against the one before it on the same set version (the only
+    pairs the gate accepts), so the form never opens on a run compared with itself."""
+    seen: dict[int, int] = {}
+    for pk, set_version_id in done.values_list("pk", "set_version_id")[:200]:  # newest first
+        if set_version_id in seen:
+            return {"baseline": pk, "candidate": seen[set_version_id]}
+        seen[set_version_id] = pk
+    return {}

@@ -82,7 +82,8 @@ def playground(request):
     state["choice"] = choice
     request.session[_session_key(request.workspace)] = state
     context.update(message=message, result=result, trace=result.trace,
-                   explanation=outcome_explanation(result.trace))
+                   explanation=outcome_explanation(result.trace),
+                   models=backend_states(request.workspace, backends))  # with this turn's speed
     template = "serving/playground.html#turn" if request.htmx else "serving/playground.html"
     return render(request, template, context)
 

@@ -117,3 +117,24 @@ def test_an_uploaded_case_missing_a_field_is_named_in_a_sentence():
     assert "line 1: the field “room” is missing" in message
     assert "line 2: a case must be a JSON object" in message
     assert "'room'" not in message and "list indices" not in message
+
+
+def test_compare_opens_on_two_different_runs_and_a_refused_pair_stays_picked(operator, workspace, harness):
+    eval_set = EvalSet.objects.create(workspace=workspace, name="qa", suite="live_stream_qa")
+    v1, v2 = (EvalSetVersion.objects.create(eval_set=eval_set, number=n, source="t", case_count=0) for n in (1, 2))
+    older, newer, lonely = (EvalRun.objects.create(workspace=workspace, set_version=sv, harness=harness,
+                                                   harness_version=harness.head, backend="scripted", status="done")
+                            for sv in (v1, v1, v2))
+
+    def selected(html):
+        baseline, candidate = html.split('name="candidate"', 1)
+        return (re.findall(r'<option value="(\d+)" selected', baseline),
+                re.findall(r'<option value="(\d+)" selected', candidate.split("</select>")[0]))
+
+    page = operator.get(reverse("eval_compare", kwargs={"ws": "acme"})).content.decode()
+    # The newest run (lonely) has no partner on its set version: the newest pair that can be compared.
+    assert selected(page) == ([str(older.pk)], [str(newer.pk)])
+    refused = operator.post(reverse("eval_compare", kwargs={"ws": "acme"}),
+                            {"baseline": lonely.pk, "candidate": newer.pk})
+    assert refused.status_code == 422 and "same eval set version" in refused.content.decode()
+    assert selected(refused.content.decode()) == ([str(lonely.pk)], [str(newer.pk)])
