@@ -42,5 +42,5 @@ def judge_contradictions(record: CaseRecord) -> list[str]:
                    and argument_matches(expected, args) for s in steps):
                 found.append(f"says {name} was not called, but the trace calls it with those arguments")
         elif _SKILL_REASON.search(text) and loaded & set(record.expected_skills):
-            found.append(f"says no expected skill was loaded, but the trace loaded {sorted(loaded & set(record.expected_skills))}")
+            found.append(f"says no expected skill was loaded, but the trace loaded {', '.join(sorted(loaded & set(record.expected_skills)))}")
     return found

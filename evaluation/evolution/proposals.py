@@ -167,7 +167,7 @@ def _skill_trigger(cluster, records, spec):
     edited = _replace_module(spec, "skills", name, description=skill.description.rstrip() + line)
     return _proposal(cluster, "skill-trigger", spec, edited, target=f"skills/{name}/SKILL.md",
                      hypothesis=f"The model never loads {name}: its description lacks the triggers these viewers use.",
-                     rationale=f"{cluster.size} failures expected {name} and loaded {list(sig.skills_loaded) or 'none'}; "
+                     rationale=f"{cluster.size} failures expected {name} and loaded {', '.join(sig.skills_loaded) or 'none'}; "
                                f"the skill is chosen from its description, so it names the phrases {phrases}.")
 
 

@@ -94,6 +94,7 @@ USER_FACING = [
     "harness/spec/validate.py", "harness/spec/files.py", "serving/model_config.py", "serving/services.py",
     "serving/experiments/services.py", "evaluation/services.py", "evaluation/judges/reference.py",
     "evaluation/evolution/patches.py", "evaluation/evolution/validation.py", "evaluation/evolution/judging.py",
+    "evaluation/evolution/proposals.py", "serving/experiments/assignment.py",
     "training/services.py", "training/validation.py", "training/pipeline.py", "training/rl_config.py",
     *(str(p.relative_to(ROOT)) for p in ROOT.glob("*/management/commands/*.py")),
     *(str(p.relative_to(ROOT)) for p in ROOT.glob("console/views/*.py")),
@@ -104,7 +105,8 @@ USER_FACING = [
 @pytest.mark.parametrize("path", USER_FACING)
 def test_user_facing_messages_do_not_quote_with_repr(path):
     source = (ROOT / path).read_text()
-    found = re.findall(r".*(?:!r\}|\brepr\().*", source)
+    # {x!r}, repr(x), or a list/set printed whole inside an f-string ({sorted(x)} rather than a joined text)
+    found = re.findall(r".*(?:!r\}|\brepr\(|\{(?:list|sorted|set|tuple)\().*", source)
     assert not found, f"{path}: {found}"
 
 

@@ -45,3 +45,15 @@ def test_pages_declare_their_icon_so_the_browser_asks_for_no_missing_file(client
     client.force_login(members["viewer"])
     html = client.get("/w/acme/").content.decode()
     assert '<link rel="icon" href="data:,">' in html
+
+
+def test_the_prompt_preview_link_opens_a_page_and_htmx_gets_the_panel(operator):
+    url = "/w/acme/harnesses/avatar/edit/preview/"
+    page = operator.get(url)
+    html = page.content.decode()
+    assert page.status_code == 200 and "<html" in html and "Back to the editor" in html
+    assert '<pre id="preview">' in html
+    fragment = operator.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in fragment and "<pre>" in fragment
+    assert "HX-Request" in page["Vary"]
+
