@@ -58,6 +58,14 @@ def workspace_new(request):
 INVITE_SESSION_KEY = "member_invite"
 
 
+def _members_page(request, *, invite=None, add: dict | None = None, invited: dict | None = None,
+                  status: int = 200):
+    """The members page; `add`/`invited` bring a refused form back with what was typed and why."""
+    return render(request, "console/members.html", {
+        "members": members(request.workspace), "roles": Role.choices, "invite": invite,
+        "add": add or {}, "invited": invited or {}}, status=status)
+
+
 @workspace_view()
 def member_list(request):
     # An invitation link is shown once, on the page the invite redirects to.
@@ -68,8 +76,7 @@ def member_list(request):
         uidb64, token = invite["token"].split("/")
         invite["url"] = request.build_absolute_uri(reverse("password_reset_confirm",
                                                            kwargs={"uidb64": uidb64, "token": token}))
-    return render(request, "console/members.html", {"members": members(request.workspace), "roles": Role.choices,
-                                                    "invite": invite})
+    return _members_page(request, invite=invite)
 
 
 @require_POST
@@ -81,10 +88,10 @@ def member_invite_view(request):
         membership, token = member_invite(actor=request.actor, workspace=request.workspace, username=username,
                                           role=request.POST.get("role", ""))
     except MembershipError as exc:
-        messages.error(request, str(exc))
-    else:
-        request.session[INVITE_SESSION_KEY] = {"ws": request.workspace.slug, "username": membership.user.username,
-                                               "token": token}
+        form = {"username": username, "role": request.POST.get("role", ""), "error": f"Not invited: {exc}"}
+        return _members_page(request, invited=form, status=422)
+    request.session[INVITE_SESSION_KEY] = {"ws": request.workspace.slug, "username": membership.user.username,
+                                           "token": token}
     return redirect("member_list", ws=request.workspace.slug)
 
 
@@ -99,6 +106,10 @@ def member_set(request):
                        username=request.POST.get("username", "").strip(), role=role)
         messages.success(request, "Membership updated.")
     except MembershipError as exc:
+        if request.POST.get("form") == "add":  # the typed name comes back with the reason
+            form = {"username": request.POST.get("username", ""), "role": request.POST.get("role", ""),
+                    "error": f"Not added: {exc}"}
+            return _members_page(request, add=form, status=422)
         messages.error(request, str(exc))
     return redirect("member_list", ws=request.workspace.slug)
 

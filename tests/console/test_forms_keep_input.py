@@ -140,3 +140,17 @@ def test_compare_opens_on_two_different_runs_and_a_refused_pair_stays_picked(ope
                             {"baseline": lonely.pk, "candidate": newer.pk})
     assert refused.status_code == 422 and "same eval set version" in refused.content.decode()
     assert selected(refused.content.decode()) == ([str(lonely.pk)], [str(newer.pk)])
+
+
+def test_the_member_forms_keep_what_was_typed(client, members):
+    client.force_login(members["admin"])
+    added = client.post(reverse("member_set", kwargs={"ws": "acme"}),
+                        {"form": "add", "username": "ghost", "role": "approver"})
+    html = added.content.decode()
+    assert added.status_code == 422 and "Not added: No user named “ghost”." in html
+    add_form = html.split('id="add-member"')[1].split("</form>")[0]
+    assert 'value="ghost"' in add_form and '<option value="approver" selected>' in add_form
+    invited = client.post(reverse("member_invite", kwargs={"ws": "acme"}), {"username": "bad name!", "role": "viewer"})
+    html = invited.content.decode()
+    assert invited.status_code == 422 and "Not invited: Username “bad name!”" in html
+    assert 'value="bad name!"' in html.split('id="invite-member"')[1].split("</form>")[0]
