@@ -39,7 +39,7 @@ def identifier_problem(value, *, field: str = "name", max_length: int = IDENTIFI
     if len(value) > max_length:
         return f"{field} is longer than {max_length} characters."
     if not _IDENTIFIER.match(value):
-        return f"{field} {value[:80]!r} is not allowed: use {RULE}."
+        return f"{field} “{value[:80]}” is not allowed: use {RULE}."
     return ""
 
 

@@ -81,7 +81,7 @@ def workspace_create(*, actor: Actor, slug: str, name: str, owner=None) -> Works
                 audit_record(actor=actor, workspace=workspace, action="membership.add", target_type="membership",
                              target_id=owner.pk, target_label=owner.get_username(), after={"role": Role.ADMIN})
     except IntegrityError as exc:  # the unique slug, also when two creations race
-        raise WorkspaceError(f"A workspace {slug!r} already exists.") from exc
+        raise WorkspaceError(f"A workspace “{slug}” already exists.") from exc
     return workspace
 
 
@@ -98,10 +98,10 @@ def membership_set(*, actor: Actor, workspace: Workspace, username: str, role: s
     Workspace.objects.select_for_update().filter(pk=workspace.pk).first()
     require(actor, workspace, ADMIN)
     if role is not None and role not in Role.values:
-        raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
+        raise MembershipError(f"Unknown role “{role}”; choose one of {', '.join(Role.values)}.")
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise MembershipError(f"No user named {username!r}.")
+        raise MembershipError(f"No user named “{username}”.")
     current = Membership.objects.select_for_update().filter(workspace=workspace, user=user).first()
     before = {"role": current.role} if current else None
     if current and current.role == Role.ADMIN and role != Role.ADMIN:
@@ -141,11 +141,11 @@ def member_invite(*, actor: Actor, workspace: Workspace, username: str, role: st
         if not username:
             raise ValidationError("empty")
     except ValidationError as exc:
-        raise MembershipError(f"Username {username!r}: up to 150 letters, digits and @.+-_ only.") from exc
+        raise MembershipError(f"Username “{username}”: up to 150 letters, digits and @.+-_ only.") from exc
     if User.objects.filter(username=username).exists():
         raise MembershipError(f"{username} already has an account: add them as a member instead.")
     if role not in Role.values:
-        raise MembershipError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
+        raise MembershipError(f"Unknown role “{role}”; choose one of {', '.join(Role.values)}.")
     user = User(username=username)
     user.set_unusable_password()
     user.save()
@@ -177,7 +177,7 @@ def workspace_tool_hosts_set(*, actor: Actor, workspace: Workspace, hosts: list[
             entry = str(ipaddress.ip_network(entry, strict=False))
         except ValueError:
             if not _HOST_NAME.match(entry):
-                raise ToolHostsError(f"{raw.strip()[:80]!r} is neither a host name nor an IP network "
+                raise ToolHostsError(f"“{raw.strip()[:80]}” is neither a host name nor an IP network "
                                      "(e.g. api.shop.example, 10.0.0.0/8).") from None
         if entry not in cleaned:
             cleaned.append(entry)

@@ -41,13 +41,15 @@ class EvalError(ValueError):
 def parse_cases(suite: str, lines: list[str]) -> list[dict]:
     """Parse JSONL into case dicts; every bad line is reported with its number, and nothing is kept."""
     if suite not in SUITES:
-        raise EvalError(f"Unknown suite {suite!r}; choose one of {', '.join(SUITES)}.")
+        raise EvalError(f"Unknown suite “{suite}”; choose one of {', '.join(SUITES)}.")
     cases, errors, seen = [], [], set()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("a case must be a JSON object ({…})")
             if suite == "ifeval":
                 missing = [k for k in IFEVAL_KEYS if k not in data]
                 if missing:
@@ -60,7 +62,9 @@ def parse_cases(suite: str, lines: list[str]) -> list[dict]:
                 raise ValueError(f"duplicate case_id {data['case_id']}")
             seen.add(data["case_id"])
             cases.append(data)
-        except (ValueError, KeyError, TypeError) as exc:
+        except KeyError as exc:  # str(KeyError) is the key's repr
+            errors.append(f"line {number}: the field “{exc.args[0]}” is missing")
+        except (ValueError, TypeError) as exc:
             errors.append(f"line {number}: {exc}")
     if errors:
         raise EvalError("; ".join(errors[:20]) + (f" (and {len(errors) - 20} more)" if len(errors) > 20 else ""))
@@ -281,7 +285,7 @@ def resolve_judge(name: str, backend: str | None):
                 factories.append(configured[model].factory())
             else:
                 if model not in backend_names():
-                    raise EvalError(f"Unknown judge model {model!r}; configured judge models: "
+                    raise EvalError(f"Unknown judge model “{model}”; configured judge models: "
                                     f"{', '.join(sorted(configured)) or '(none)'}; backends: "
                                     f"{', '.join(backend_names())}.")
                 backend_for(model)  # refuses scripted in production

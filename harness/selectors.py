@@ -9,7 +9,7 @@ from django.http import Http404
 
 from console.models import Workspace
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
-from harness.runtime.tools import builtin_names
+from harness.runtime.tools import builtin_names, run_supplied_targets
 from harness.simulator import SANDBOX_TARGETS
 from harness.spec import HarnessSpec, SpecDiff, diff_specs, parse_files
 
@@ -38,9 +38,12 @@ def version_spec(version: HarnessVersion) -> HarnessSpec:
 
 
 def binding_targets() -> dict[str, frozenset[str]]:
-    """What a tool may bind to in this installation, by binding kind: the registered builtins and the
-    simulator's sandbox tools. (HTTP targets are any allowed URL, so they are checked for form only.)"""
-    return {"builtin": frozenset(builtin_names()), "sandbox": frozenset(SANDBOX_TARGETS.values())}
+    """What a tool may bind to in this installation, by binding kind: the registered builtins, the builtins
+    a caller supplies per run (the evolution proposer's read tools) and the simulator's sandbox tools.
+    (HTTP targets are any allowed URL, so they are checked for form only.)"""
+    supplied = run_supplied_targets()
+    return {"builtin": frozenset(builtin_names()) | supplied.get("builtin", frozenset()),
+            "sandbox": frozenset(SANDBOX_TARGETS.values()) | supplied.get("sandbox", frozenset())}
 
 
 def harness_list(workspace: Workspace, *, archived: bool = False) -> QuerySet[Harness]:
@@ -55,7 +58,7 @@ def harness_list(workspace: Workspace, *, archived: bool = False) -> QuerySet[Ha
 def harness_get(workspace: Workspace, name: str) -> Harness:
     harness = Harness.objects.select_related("head", "workspace").filter(workspace=workspace, name=name).first()
     if harness is None:
-        raise Http404(f"No harness named {name!r}.")
+        raise Http404(f"No harness named “{name}”.")
     return harness
 
 
@@ -73,7 +76,7 @@ def version_get(harness: Harness, number: int) -> HarnessVersion:
 def version_by_label(harness: Harness, label_name: str) -> HarnessVersion:
     label = Label.objects.select_related("version").filter(harness=harness, name=label_name).first()
     if label is None:
-        raise Http404(f"{harness.name} has no label {label_name!r}.")
+        raise Http404(f"{harness.name} has no label “{label_name}”.")
     return label.version
 
 

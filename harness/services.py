@@ -38,7 +38,7 @@ class CommitConflict(Exception):
         base_name = f"v{base.number}" if base else "nothing"
         super().__init__(
             f"Your draft is based on {base_name}, but the head is now v{head.number} "
-            f"({head.author_label}: {head.message!r}). Review the changes, then rebase or discard your draft."
+            f"({head.author_label}: “{head.message}”). Review the changes, then rebase or discard your draft."
         )
 
 
@@ -67,7 +67,7 @@ def version_commit(
     """
     require(actor, harness.workspace, WRITE)
     message = _clean_message(message)
-    spec = parse_files(files)
+    spec = parse_files(files, bindings=binding_targets())  # every way in (editor, API, zip, CLI) checks bindings
     canonical, digest = to_files(spec), content_hash(spec)
     with transaction.atomic():
         locked = Harness.objects.select_for_update().get(pk=harness.pk)
@@ -100,9 +100,9 @@ def harness_create(
     """Create a harness with its first version (validated before anything is written)."""
     require(actor, workspace, WRITE)
     check_identifier(name, field="harness name")
-    spec = parse_files(files)
+    spec = parse_files(files, bindings=binding_targets())
     if Harness.objects.filter(workspace=workspace, name=name).exists():
-        raise StoreError(f"A harness named {name!r} already exists in this workspace.")
+        raise StoreError(f"A harness named “{name}” already exists in this workspace.")
     with transaction.atomic():
         harness = Harness.objects.create(workspace=workspace, name=name, description=spec.description[:500])
         audit_record(actor=actor, workspace=workspace, action="harness.create", target_type="harness",

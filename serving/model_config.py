@@ -31,14 +31,14 @@ def backend_for(name: str | None = None, *, workspace=None) -> ModelBackend:
     """
     name = name or settings.MODEL_BACKEND
     if not is_backend_name(name) or name == "transformers":
-        raise ImproperlyConfigured(f"Unknown model backend {name!r}; choose one of {', '.join(backend_names())} "
+        raise ImproperlyConfigured(f"Unknown model backend “{name}”; choose one of {', '.join(backend_names())} "
                                    "or checkpoint:<id>.")
     if backend_family(name) == "checkpoint" and workspace is not None:
         from training.selectors import checkpoint_for_backend
 
         checkpoint = checkpoint_for_backend(name)
         if checkpoint is None or checkpoint.workspace_id != workspace.pk:
-            raise ImproperlyConfigured(f"No checkpoint {name!r} in this workspace.")
+            raise ImproperlyConfigured(f"No checkpoint “{name}” in this workspace.")
     if name == "scripted":
         if settings.PRODUCTION:
             raise ImproperlyConfigured("The scripted backend is for tests and is refused in production.")

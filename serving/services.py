@@ -155,7 +155,7 @@ def room_reply(
     room = Room.objects.select_related("harness").filter(workspace=workspace, room_id=room_id).first()
     context = room_context if room_context is not None else (room.context if room else None)
     if context is None:
-        raise Http404(f"No room {room_id!r} in this workspace; send its context with the request.")
+        raise Http404(f"No room “{room_id}” in this workspace; send its context with the request.")
     harness = _harness_for(workspace, room, harness_name)
     if spec_override is not None:
         selection, spec = None, spec_override

@@ -123,4 +123,4 @@ def _stage_runner(kind: str) -> Callable[..., dict[str, float]]:
     if kind == "rl":
         from training.rl import run_rl
         return run_rl
-    raise ConfigError("stages.kind", f"unknown stage {kind!r}")
+    raise ConfigError("stages.kind", f"unknown stage “{kind}”")

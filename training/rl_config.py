@@ -55,7 +55,7 @@ class RlConfig(StageConfig):
         require(0 < self.epsilon < 1, "epsilon", "must be within (0, 1)")
         require(len(self.rewards) > 0, "rewards", "name at least one reward")
         unknown = [name for name in self.rewards if name not in reward_names()]
-        require(not unknown, "rewards", f"unknown reward {unknown[0] if unknown else ''!r}; registered: "
+        require(not unknown, "rewards", f"unknown reward “{unknown[0] if unknown else ''}”; registered: "
                                         f"{', '.join(reward_names())}")
         require(not self.reward_weights or len(self.reward_weights) == len(self.rewards), "reward_weights",
                 "must be empty or one weight per reward")

@@ -95,7 +95,9 @@ def config_validate(data: dict):
 
     try:
         return PipelineConfig.from_dict(data)
-    except (ValueError, TypeError, KeyError) as exc:
+    except KeyError as exc:  # str(KeyError) is the key's repr
+        raise TrainingError(f"Invalid training config: the field “{exc.args[0]}” is missing", field="config") from None
+    except (ValueError, TypeError) as exc:
         field = getattr(exc, "field", "") or "config"
         raise TrainingError(f"Invalid training config: {exc}", field=str(field)) from None
 
@@ -495,7 +497,7 @@ def resolve_harness_versions(workspace: Workspace, refs: list[str]) -> list[Harn
             harness = harness_selectors.harness_get(workspace, name)
             versions.append(harness_selectors.version_resolve(harness, version_ref or "production"))
         except Http404:
-            raise TrainingError(f"harness_versions: no harness version {ref!r} here.", field="harness_versions") from None
+            raise TrainingError(f"harness_versions: no harness version “{ref}” here.", field="harness_versions") from None
     return versions
 
 
@@ -508,6 +510,6 @@ def resolve_eval_sets(workspace: Workspace, refs: list[str]) -> list[EvalSetVers
                    .filter(eval_set__workspace=workspace, eval_set__name=name, number=int(number) if number.isdigit() else -1)
                    .first())
         if version is None:
-            raise TrainingError(f"excluded_sets: no eval set version {ref!r} here (name@vN).", field="excluded_sets")
+            raise TrainingError(f"excluded_sets: no eval set version “{ref}” here (name@vN).", field="excluded_sets")
         found.append(version)
     return found

@@ -10,6 +10,7 @@ is the full path, e.g. `stages[1].config.learning_rate`, so the API can answer 4
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from collections.abc import Mapping
@@ -89,29 +90,29 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true or false, got {value!r}")
+            raise ConfigError(path, f"expected true or false, got {_shown(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"expected an integer, got {value!r}")
+            raise ConfigError(path, f"expected an integer, got {_shown(value)}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, f"expected a number, got {value!r}")
+            raise ConfigError(path, f"expected a number, got {_shown(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(path, f"expected a string, got {value!r}")
+            raise ConfigError(path, f"expected a string, got {_shown(value)}")
         return value
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(path, f"expected a list, got {value!r}")
+            raise ConfigError(path, f"expected a list, got {_shown(value)}")
         item = args[0] if args else Any
         items = [_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin in (dict, Mapping) or hint in (dict, Mapping) or origin is typing.Mapping:
         if not isinstance(value, Mapping):
-            raise ConfigError(path, f"expected an object, got {value!r}")
+            raise ConfigError(path, f"expected an object, got {_shown(value)}")
         return dict(value)
     if dataclasses.is_dataclass(hint):
         return build(hint, value, path)
@@ -135,3 +136,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def _shown(value: object) -> str:
+    """A config value as the JSON it came from (not Python's repr), cut short."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:79] + "…"

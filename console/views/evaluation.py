@@ -6,7 +6,6 @@ import json
 
 from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.text import slugify
@@ -14,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from console.access import ADMIN, WRITE
 from console.form_values import decimal_number, whole_number
+from console.pagination import page_from_query
 from console.views.scoping import workspace_view
 from evaluation import selectors
 from evaluation import services as evaluation_services
@@ -36,13 +36,24 @@ from serving.model_state import backend_states
 MAX_UPLOAD = 20 * 1024 * 1024
 
 
-@workspace_view()
-def evaluation_home(request):
+SET_FORM_FIELDS = ("name", "suite", "seed", "n")
+RUN_FORM_FIELDS = ("set", "harness", "version", "backend", "judge", "concurrency", "queue")
+
+
+def _home(request, *, set_form: dict | None = None, run_form: dict | None = None, set_error: str = "",
+          run_error: str = "", status: int = 200):
+    """The evaluation page; a form that failed comes back with what the operator typed and why."""
     from django.conf import settings
 
     backends = available_backends(request.workspace)
     ordered = sorted(backends, key=lambda b: b != settings.MODEL_BACKEND)  # the deployment's default first
+    if run_form is None:  # a version page's "evaluate" link preselects its harness and version
+        version = request.GET.get("version", "")
+        run_form = {"harness": request.GET.get("harness", ""),
+                    "version": f"v{version}" if version else "production", "judge": "reference", "queue": "cpu"}
     return render(request, "evaluation/home.html", {
+        "set_form": set_form or {"seed": "1", "n": "40"}, "run_form": run_form,
+        "set_error": set_error, "run_error": run_error,
         "sets": selectors.eval_sets(request.workspace), "runs": selectors.runs(request.workspace)[:50],
         "history": selectors.run_history(request.workspace),
         "archived_sets": selectors.eval_sets(request.workspace, archived=True),
@@ -50,7 +61,12 @@ def evaluation_home(request):
         "backends": [(b, default_concurrency(b)) for b in ordered],
         "judge_models": sorted(judge_models()),
         "models": backend_states(request.workspace, ordered),
-    })
+    }, status=status)
+
+
+@workspace_view()
+def evaluation_home(request):
+    return _home(request)
 
 
 @require_POST
@@ -72,11 +88,11 @@ def eval_set_create(request):
                 actor=request.actor, workspace=request.workspace, name=name, suite=suite,
                 seed=whole_number(request.POST, "seed", label="Seed", default=0),
                 n=whole_number(request.POST, "n", label="Number of cases", default=50))
-        messages.success(request, f"Created {version} with {version.case_count} cases.")
-    except UnicodeDecodeError:
-        messages.error(request, "No set created: the file is not UTF-8 text.")
-    except (EvalError, ValueError) as exc:
-        messages.error(request, f"No set created: {exc}")
+    except (EvalError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        reason = "the file is not UTF-8 text." if isinstance(exc, UnicodeDecodeError) else exc
+        form = {field: request.POST.get(field, "") for field in SET_FORM_FIELDS}
+        return _home(request, set_form=form, set_error=f"No set created: {reason}", status=422)
+    messages.success(request, f"Created {version} with {version.case_count} cases.")
     return redirect("evaluation_home", ws=request.workspace.slug)
 
 
@@ -121,10 +137,11 @@ def eval_set_detail(request, name: str, number: int):
         cases = cases.none()
     elif category:
         cases = cases.filter(category=category)
-    page = Paginator(cases, 50).get_page(request.GET.get("page"))
-    return render(request, "evaluation/set.html", {"version": version, "page": page, "category": category,
-                                                   "categories": categories, "errors": errors},
-                  status=422 if errors else 200)
+    paged = page_from_query(request.GET, cases)
+    return render(request, "evaluation/set.html", {"version": version, "page": paged.page, "category": category,
+                                                   "categories": categories, "errors": errors,
+                                                   "page_error": paged.error},
+                  status=422 if errors or paged.error else 200)
 
 
 @require_POST
@@ -143,8 +160,8 @@ def eval_run_create(request):
                          concurrency=whole_number(request.POST, "concurrency", label="Concurrency"),
                          queue=request.POST.get("queue") or "cpu")
     except (EvalError, ValueError, ImproperlyConfigured, Http404) as exc:
-        messages.error(request, f"Run not started: {exc}")
-        return redirect("evaluation_home", ws=request.workspace.slug)
+        form = {field: request.POST.get(field, "") for field in RUN_FORM_FIELDS}
+        return _home(request, run_form=form, run_error=f"Run not started: {exc}", status=422)
     return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
 
 
@@ -158,13 +175,15 @@ def eval_run_detail(request, run_id: int):
     failing = request.GET.get("failing") == "1"
     if failing:
         results = results.filter(accuracy__lt=1)
-    page = Paginator(results, 50).get_page(request.GET.get("page"))
+    paged = page_from_query(request.GET, results)
     # Other finished runs of the same set version: the only ones the compare page can pair with this one.
     peers = selectors.runs(request.workspace).filter(status="done", set_version=run.set_version).exclude(pk=run.pk)
-    return render(request, "evaluation/run.html", {"run": run, "page": page, "failing": failing, "peers": peers[:50],
+    return render(request, "evaluation/run.html", {"run": run, "page": paged.page, "page_error": paged.error,
+                                                   "failing": failing, "peers": peers[:50],
                                                    "progress": selectors.run_progress(run.pk),
                                                    "latency": selectors.run_latency_distribution(run),
-                                                   "replay": selectors.run_replay(run) if run.status == "done" else None})
+                                                   "replay": selectors.run_replay(run) if run.status == "done" else None},
+                  status=422 if paged.error else 200)
 
 
 def _export(run, results, fmt):
@@ -247,7 +266,7 @@ def compare(request):
     from evaluation.models import RunComparison
     from evaluation.services import DEFAULT_GATE, comparison_create
 
-    comparison = None
+    comparison, status = None, 200
     if request.method == "POST":
         if WRITE not in request.capabilities:
             raise PermissionDenied("Comparing runs needs the write permission.")
@@ -264,6 +283,7 @@ def compare(request):
             return redirect(f"{request.path}?id={comparison.pk}")
         except (EvalError, ValueError, Http404) as exc:
             messages.error(request, f"Not compared: {exc}")
+            status = 422
     elif request.GET.get("id"):
         if not request.GET["id"].isdigit():
             raise Http404("No such comparison.")
@@ -272,10 +292,25 @@ def compare(request):
         if comparison is None:
             raise Http404("No such comparison.")
     done = selectors.runs(request.workspace).filter(status="done")
-    # "Compare with…" on a run page arrives with ?baseline=&candidate= to preselect the pair.
-    picked = {k: int(v) for k in ("baseline", "candidate") if (v := request.GET.get(k, "")).isdigit()}
+    # "Compare with…" on a run page arrives with ?baseline=&candidate= to preselect the pair; a refused POST
+    # keeps the pair it was given.
+    source = request.POST if request.method == "POST" else request.GET
+    picked = {k: int(v) for k in ("baseline", "candidate") if (v := source.get(k, "")).isdigit()}
+    if not picked and comparison is None:
+        picked = _default_pair(done)
     metrics = {k: v for k, v in comparison.metrics.items() if not k.startswith("_")} if comparison else {}
     return render(request, "evaluation/compare.html", {
         "runs": done, "comparison": comparison, "picked": picked, "metrics": metrics, "gate": DEFAULT_GATE, "rules": RULES,
         "abstained": comparison.metrics.get("_abstained") if comparison else None,
-        "history": RunComparison.objects.filter(workspace=request.workspace)[:20]})
+        "history": RunComparison.objects.filter(workspace=request.workspace)[:20]}, status=status)
+
+
+def _default_pair(done) -> dict[str, int]:
+    """The newest finished run as candidate against the one before it on the same set version (the only
+    pairs the gate accepts), so the form never opens on a run compared with itself."""
+    seen: dict[int, int] = {}
+    for pk, set_version_id in done.values_list("pk", "set_version_id")[:200]:  # newest first
+        if set_version_id in seen:
+            return {"baseline": pk, "candidate": seen[set_version_id]}
+        seen[set_version_id] = pk
+    return {}

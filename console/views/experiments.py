@@ -23,15 +23,26 @@ def _experiment(request, key: str) -> Experiment:
     return experiment
 
 
-@workspace_view()
-def experiment_list(request):
+NEW_EXPERIMENT_FIELDS = ("key", "harness", "coverage", "rooms", "arms", "latency_p95_ms", "accuracy_drop",
+                         "min_samples")
+NEW_EXPERIMENT_DEFAULTS = {"coverage": "1.0", "arms": "control 0.5 react\nharness 0.5 label:production",
+                           "min_samples": "50"}
+
+
+def _list(request, *, form: dict | None = None, error: str = "", status: int = 200):
     archived = request.GET.get("archived") == "1"
     return render(request, "serving/experiments.html", {
         "experiments": Experiment.objects.filter(workspace=request.workspace, archived_at__isnull=not archived)
         .select_related("harness"),
         "archived": archived,
         "harnesses": harness_selectors.harness_list(request.workspace),
-    })
+        "form": form or NEW_EXPERIMENT_DEFAULTS, "error": error,
+    }, status=status)
+
+
+@workspace_view()
+def experiment_list(request):
+    return _list(request)
 
 
 @require_POST
@@ -73,8 +84,9 @@ def experiment_new(request):
                                                minimum=0, maximum=1),
             rooms=[r for r in request.POST.get("rooms", "").split() if r], guardrails=guardrails)
     except (ExperimentError, ValueError, Http404) as exc:
-        messages.error(request, f"Not created: {exc}")
-        return redirect("experiment_list", ws=request.workspace.slug)
+        # The form comes back as the operator typed it, with the reason, rather than reset by a redirect.
+        form = {name: request.POST.get(name, "") for name in NEW_EXPERIMENT_FIELDS}
+        return _list(request, form=form, error=f"Not created: {exc}", status=422)
     return redirect("experiment_detail", ws=request.workspace.slug, key=experiment.key)
 
 

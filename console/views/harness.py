@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from console.access import WRITE
 from console.form_values import whole_number
@@ -247,12 +248,15 @@ def harness_edit_check(request, name: str):
     return render(request, "harness/editor.html#errors", {"path": path, **_validation(path, text, errors)})
 
 
+@vary_on_headers("HX-Request")  # the same URL answers a fragment or the page: caches must tell them apart
 @workspace_view(WRITE)
 def harness_edit_preview(request, name: str):
     harness = selectors.harness_get(request.workspace, name)
     draft = services.draft_open(actor=request.actor, harness=harness, user=request.user)
     prompt = render_system_prompt(parse_files(draft.files))
-    return render(request, "harness/editor.html#preview", {"system_prompt": prompt})
+    # htmx fills the editor's panel; the "(open)" link gets a page of its own, not a bare fragment.
+    template = "harness/editor.html#preview" if request.htmx else "harness/preview.html"
+    return render(request, template, {"system_prompt": prompt, "harness": harness})
 
 
 @require_POST

@@ -3,13 +3,13 @@
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured
-from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from console.access import WRITE
+from console.pagination import page_from_query
 from console.views.scoping import workspace_view
 from harness import selectors as harness_selectors
 from harness.runtime import OUTCOMES
@@ -92,7 +92,8 @@ def playground(request):
     state["choice"] = choice
     request.session[_session_key(request.workspace)] = state
     context.update(message=message, result=result, trace=result.trace,
-                   explanation=outcome_explanation(result.trace))
+                   explanation=outcome_explanation(result.trace),
+                   models=backend_states(request.workspace, backends))  # with this turn's speed
     template = "serving/playground.html#turn" if request.htmx else "serving/playground.html"
     return render(request, template, context)
 
@@ -138,10 +139,10 @@ def trace_list(request):
                                           hook=filters["hook"], source=filters["source"], min_latency_ms=min_latency)
         except selectors.TraceFilterError as exc:
             errors.append(str(exc))
-    page = Paginator(traces, 50).get_page(request.GET.get("page"))
-    context = {"page": page, "filters": filters, "outcomes": OUTCOMES, "sources": Trace.Source.values,
-               "errors": errors}
-    status = 422 if errors else 200
+    paged = page_from_query(request.GET, traces)
+    context = {"page": paged.page, "page_error": None if errors else paged.error, "filters": filters,
+               "outcomes": OUTCOMES, "sources": Trace.Source.values, "errors": errors}
+    status = 422 if errors or paged.error else 200
     if request.htmx and not request.htmx.history_restore_request:  # a history restore needs the page
         return render(request, "serving/traces.html#rows", context, status=status)
     return render(request, "serving/traces.html", context, status=status)

@@ -2,7 +2,6 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
@@ -11,6 +10,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.access import ADMIN, API_KEY_SCOPES, Actor, require_workspace_creator
 from console.models import Role
+from console.pagination import page_from_query
 from console.selectors import audit_events, members, workspaces_for_user
 from console.services import (
     MembershipError,
@@ -58,6 +58,14 @@ def workspace_new(request):
 INVITE_SESSION_KEY = "member_invite"
 
 
+def _members_page(request, *, invite=None, add: dict | None = None, invited: dict | None = None,
+                  status: int = 200):
+    """The members page; `add`/`invited` bring a refused form back with what was typed and why."""
+    return render(request, "console/members.html", {
+        "members": members(request.workspace), "roles": Role.choices, "invite": invite,
+        "add": add or {}, "invited": invited or {}}, status=status)
+
+
 @workspace_view()
 def member_list(request):
     # An invitation link is shown once, on the page the invite redirects to.
@@ -68,8 +76,7 @@ def member_list(request):
         uidb64, token = invite["token"].split("/")
         invite["url"] = request.build_absolute_uri(reverse("password_reset_confirm",
                                                            kwargs={"uidb64": uidb64, "token": token}))
-    return render(request, "console/members.html", {"members": members(request.workspace), "roles": Role.choices,
-                                                    "invite": invite})
+    return _members_page(request, invite=invite)
 
 
 @require_POST
@@ -81,10 +88,10 @@ def member_invite_view(request):
         membership, token = member_invite(actor=request.actor, workspace=request.workspace, username=username,
                                           role=request.POST.get("role", ""))
     except MembershipError as exc:
-        messages.error(request, str(exc))
-    else:
-        request.session[INVITE_SESSION_KEY] = {"ws": request.workspace.slug, "username": membership.user.username,
-                                               "token": token}
+        form = {"username": username, "role": request.POST.get("role", ""), "error": f"Not invited: {exc}"}
+        return _members_page(request, invited=form, status=422)
+    request.session[INVITE_SESSION_KEY] = {"ws": request.workspace.slug, "username": membership.user.username,
+                                           "token": token}
     return redirect("member_list", ws=request.workspace.slug)
 
 
@@ -99,6 +106,10 @@ def member_set(request):
                        username=request.POST.get("username", "").strip(), role=role)
         messages.success(request, "Membership updated.")
     except MembershipError as exc:
+        if request.POST.get("form") == "add":  # the typed name comes back with the reason
+            form = {"username": request.POST.get("username", ""), "role": request.POST.get("role", ""),
+                    "error": f"Not added: {exc}"}
+            return _members_page(request, add=form, status=422)
         messages.error(request, str(exc))
     return redirect("member_list", ws=request.workspace.slug)
 
@@ -151,8 +162,9 @@ def key_revoke(request, key_id: int):
 @workspace_view()
 def audit_log(request):
     filters = {k: request.GET.get(k, "").strip() for k in ("action", "actor", "target")}
-    page = Paginator(audit_events(request.workspace, **filters), 50).get_page(request.GET.get("page"))
-    context = {"page": page, "filters": filters}
+    paged = page_from_query(request.GET, audit_events(request.workspace, **filters))
+    context = {"page": paged.page, "page_error": paged.error, "filters": filters}
+    status = 422 if paged.error else 200
     if request.htmx and not request.htmx.history_restore_request:  # a history restore needs the page
-        return render(request, "console/audit.html#rows", context)
-    return render(request, "console/audit.html", context)
+        return render(request, "console/audit.html#rows", context, status=status)
+    return render(request, "console/audit.html", context, status=status)

@@ -6,3 +6,7 @@ class EvolutionConfig(AppConfig):
     label = "evolution"
     verbose_name = "Harness evolution"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Declares the proposer's run-supplied tool targets, which the store's binding check knows.
+        from evaluation.evolution import proposer  # noqa: F401

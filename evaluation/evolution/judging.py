@@ -14,7 +14,7 @@ from evaluation.judges.reference import argument_matches, parse_arguments
 from evaluation.judges.text import contains, tokens
 
 _TOOL_REASON = re.compile(r"expected tool call not made: ([\w.-]+)\((.*)\)\s*$")
-_FACT_REASON = re.compile(r"missing fact: ['\"](.*)['\"]\s*$")
+_FACT_REASON = re.compile(r"missing fact: ['\"“](.*)['\"”]\s*$")  # older runs stored Python's quotes
 _SKILL_REASON = re.compile(r"no expected reply skill loaded")
 
 
@@ -31,7 +31,7 @@ def judge_contradictions(record: CaseRecord) -> list[str]:
         text = re.sub(r"^\[[^\]]*\]\s*", "", reason.strip())
         if match := _FACT_REASON.search(text):
             if contains(reply_tokens, match.group(1)):
-                found.append(f"says {match.group(1)!r} is missing, but the reply states it")
+                found.append(f"says “{match.group(1)}” is missing, but the reply states it")
         elif match := _TOOL_REASON.search(text):
             name, raw = match.groups()
             try:
@@ -42,5 +42,5 @@ def judge_contradictions(record: CaseRecord) -> list[str]:
                    and argument_matches(expected, args) for s in steps):
                 found.append(f"says {name} was not called, but the trace calls it with those arguments")
         elif _SKILL_REASON.search(text) and loaded & set(record.expected_skills):
-            found.append(f"says no expected skill was loaded, but the trace loaded {sorted(loaded & set(record.expected_skills))}")
+            found.append(f"says no expected skill was loaded, but the trace loaded {', '.join(sorted(loaded & set(record.expected_skills)))}")
     return found

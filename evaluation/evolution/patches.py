@@ -61,7 +61,7 @@ def parse_diff(diff: str) -> list[FilePatch]:
     while i < len(lines):
         if not lines[i].startswith("--- "):
             if lines[i].strip() and not lines[i].startswith(("diff ", "index ")):
-                raise PatchError(f"line {i + 1}: expected a '--- a/<path>' header, found {lines[i][:60]!r}")
+                raise PatchError(f"line {i + 1}: expected a “--- a/<path>” header, found “{lines[i][:60]}”")
             i += 1
             continue
         if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
@@ -72,7 +72,7 @@ def parse_diff(diff: str) -> list[FilePatch]:
         while i < len(lines) and lines[i].startswith("@@"):
             match = _HUNK.match(lines[i])
             if not match:
-                raise PatchError(f"line {i + 1}: malformed hunk header {lines[i][:60]!r}")
+                raise PatchError(f"line {i + 1}: malformed hunk header “{lines[i][:60]}”")
             old_start, old_len = int(match.group(1)), int(match.group(2) or 1)
             new_start, new_len = int(match.group(3)), int(match.group(4) or 1)
             i += 1
@@ -130,7 +130,7 @@ def apply_diff(files: Mapping[str, str], diff: str) -> dict[str, str]:
                     if position >= len(source) or source[position] != text:
                         found = source[position] if position < len(source) else "(end of file)"
                         raise PatchError(f"{patch.path}: hunk {number} does not apply at line {position + 1}: "
-                                         f"expected {text[:60]!r}, found {found[:60]!r}")
+                                         f"expected “{text[:60]}”, found “{found[:60]}”")
                     position += 1
                     if tag == " ":
                         out.append(text)

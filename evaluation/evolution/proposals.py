@@ -164,11 +164,12 @@ def _skill_trigger(cluster, records, spec):
     if not phrases:
         return None
     line = " Also use it when a viewer asks about " + ", ".join(f'"{p}"' for p in phrases) + "."
+    named, loaded = ", ".join(f"“{p}”" for p in phrases), ", ".join(sig.skills_loaded) or "none"
     edited = _replace_module(spec, "skills", name, description=skill.description.rstrip() + line)
     return _proposal(cluster, "skill-trigger", spec, edited, target=f"skills/{name}/SKILL.md",
                      hypothesis=f"The model never loads {name}: its description lacks the triggers these viewers use.",
-                     rationale=f"{cluster.size} failures expected {name} and loaded {list(sig.skills_loaded) or 'none'}; "
-                               f"the skill is chosen from its description, so it names the phrases {phrases}.")
+                     rationale=f"{cluster.size} failures expected {name} and loaded {loaded}; "
+                               f"the skill is chosen from its description, so it names the phrases {named}.")
 
 
 _CHAR_LIMIT = re.compile(r"(\b(?:at most|max(?:imum)?|up to|under|within|no more than)\s+)(\d+)(\s+characters)", re.I)

@@ -21,11 +21,15 @@ from evaluation.evolution.clusters import FailureCluster
 from evaluation.evolution.proposals import Proposal
 from evaluation.evolution.signatures import CaseRecord
 from harness.runtime import RoomContext, TurnInput, run_turn
-from harness.runtime.tools import ToolError, ToolRegistry
+from harness.runtime.tools import ToolError, ToolRegistry, declare_run_supplied
 from harness.spec import HarnessSpec, parse_files, read_dir, to_files
 from serving.backends import ModelBackend
 
 PROPOSER_HARNESS = Path(__file__).resolve().parent / "proposer_harness"
+# The read tools close over one diagnosis, so each run passes them as overrides instead of registering them;
+# declared, the proposer harness still validates when operators import and version it like any harness.
+READ_TOOLS = ("evolution.fetch_case", "evolution.fetch_cluster_cases", "evolution.fetch_component")
+declare_run_supplied("sandbox", *READ_TOOLS)
 _FIELD = re.compile(r"^(HYPOTHESIS|RATIONALE|EVIDENCE):\s*(.*)$", re.M)
 _DIFF = re.compile(r"```diff\n(.*?)(?:```|\Z)", re.S)
 
@@ -75,7 +79,7 @@ class HarnessProposer:
         async def fetch_case(args, ctx):
             record = records.get(str(args.get("case_id", "")))
             if record is None:
-                raise ToolError(f"no case {args.get('case_id')!r} in this diagnosis")
+                raise ToolError(f"no case “{args.get('case_id')}” in this diagnosis")
             return case_summary(record, full=True)
 
         async def fetch_cluster_cases(args, ctx):
@@ -86,12 +90,11 @@ class HarnessProposer:
         async def fetch_component(args, ctx):
             path = str(args.get("path", ""))
             if path not in files:
-                raise ToolError(f"no file {path!r}; files: {', '.join(sorted(files))}")
+                raise ToolError(f"no file “{path}”; files: {', '.join(sorted(files))}")
             return "\n".join(f"{n:>4}| {line}" for n, line in enumerate(files[path].split("\n"), 1))
 
-        return ToolRegistry(overrides={"evolution.fetch_case": fetch_case,
-                                       "evolution.fetch_cluster_cases": fetch_cluster_cases,
-                                       "evolution.fetch_component": fetch_component})
+        return ToolRegistry(overrides=dict(zip(READ_TOOLS, (fetch_case, fetch_cluster_cases, fetch_component),
+                                               strict=True)))
 
     def message(self, cluster: FailureCluster, target: HarnessSpec) -> str:
         component = cluster.component

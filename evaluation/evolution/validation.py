@@ -88,7 +88,7 @@ def validate_proposal(proposal: Proposal, spec: HarnessSpec, *, case_texts: Sequ
                     errors.append(f"variables: {path} loses {', '.join('{{ ' + n + ' }}' for n in lost)}")
     added, removed = changed_lines(proposal.diff)
     if run := copied_run(added, case_texts, config.copy_words, removed):
-        errors.append(f"copied: the edit copies {run!r} from an eval case")
+        errors.append(f"copied: the edit copies “{run}” from an eval case")
     if len(added) + len(removed) > config.max_changed_lines or len(proposal.diff) > config.max_chars:
         errors.append(f"size: {len(added) + len(removed)} changed lines, {len(proposal.diff)} characters "
                       f"(at most {config.max_changed_lines} lines and {config.max_chars} characters)")

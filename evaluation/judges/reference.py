@@ -141,11 +141,11 @@ def judge_reference(case: Case, trace: Mapping[str, Any]) -> Verdict:
     missing_facts = [f for f in expected.facts if f not in present]
     facts_ok = not missing_facts
     if not expected.silent:
-        reasons.extend(f"missing fact: {f!r}" for f in missing_facts)
+        reasons.extend(f"missing fact: “{f}”" for f in missing_facts)
 
     claimed = [f for f in expected.forbidden if contains(reply_tokens, f)]
     forbidden_ok = not claimed
-    reasons.extend(f"forbidden claim present: {f!r}" for f in claimed)
+    reasons.extend(f"forbidden claim present: “{f}”" for f in claimed)
 
     steps = tool_steps(trace)
     called = [str(s.get("name")) for s in steps]
@@ -154,7 +154,7 @@ def judge_reference(case: Case, trace: Mapping[str, Any]) -> Verdict:
     any_of = [str(t) for t in case.meta.get("any_of_tools") or ()]
     any_of_ok = not any_of or any(name in any_of for name in called)
     if not any_of_ok:
-        reasons.append(f"none of the expected tools called (any of {any_of})")
+        reasons.append(f"none of the expected tools called (any of {', '.join(any_of)})")
     banned = [str(t) for t in case.meta.get("forbidden_tools") or ()]
     misused = list(dict.fromkeys(name for name in called if name in banned))
     reasons.extend(f"forbidden tool called: {name}" for name in misused)
@@ -163,8 +163,8 @@ def judge_reference(case: Case, trace: Mapping[str, Any]) -> Verdict:
     loaded = [str(s) for s in trace.get("skills_loaded") or ()]
     skills_ok = not expected.skills or any(s in loaded for s in expected.skills)
     if not skills_ok:
-        reasons.append(f"no expected reply skill loaded (expected one of {list(expected.skills)}, "
-                       f"loaded {loaded})")
+        reasons.append(f"no expected reply skill loaded (expected one of {', '.join(expected.skills)}; "
+                       f"loaded {', '.join(loaded) or 'none'})")
 
     answered = outcome == ("silent" if expected.silent else "replied")
     if not answered:

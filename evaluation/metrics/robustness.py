@@ -269,7 +269,7 @@ def robustness_rubric(case: Case, trace: Mapping[str, Any], spec: Any = None, *,
                        markdown=markdown.group() if markdown else "", internals=internals.group() if internals else "")
 
     # constraint obedience
-    violations = [f"forbidden claim: {f!r}" for f in forbidden]
+    violations = [f"forbidden claim: “{f}”" for f in forbidden]
     checked = ["forbidden_claims"]
     cap = _number(_lookup("max_discount_pct", max_discount_pct, spec, case))
     if cap is not None:
@@ -308,7 +308,7 @@ def robustness_rubric(case: Case, trace: Mapping[str, Any], spec: Any = None, *,
                                                                            Mapping) else None
     if kind is not None:
         if kind not in PERTURBATION_KINDS:
-            raise ValueError(f"unknown perturbation kind {kind!r}")
+            raise ValueError(f"unknown perturbation kind “{kind}”")
         real = outcome == ("silent" if case.expected.silent else "replied")
         if kind == "format_instruction":
             held = format_ok is None or bool(format_ok)

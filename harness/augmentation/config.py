@@ -128,7 +128,7 @@ class HsaConfig:
         """A config where exactly `dimensions` fire (probability 1) and the others never do."""
         unknown = set(dimensions) - set(DIMENSIONS)
         if unknown:
-            raise ValueError(f"unknown dimensions {sorted(unknown)}; use {DIMENSIONS}")
+            raise ValueError(f"unknown dimensions {', '.join(sorted(unknown))}; use {', '.join(DIMENSIONS)}")
         chosen = {d: 1.0 if d in dimensions else 0.0 for d in DIMENSIONS}
         return cls(**(chosen | overrides))
 

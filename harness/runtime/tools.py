@@ -102,6 +102,20 @@ def builtin_names() -> list[str]:
     return sorted(_BUILTINS)
 
 
+_RUN_SUPPLIED: dict[str, set[str]] = {}
+
+
+def declare_run_supplied(kind: str, *targets: str) -> None:
+    """Name `kind` binding targets that a caller passes to each run as `ToolRegistry(overrides=…)` instead of
+    registering them (the evolution proposer's read tools close over one diagnosis). A harness that binds
+    them is valid; it can answer only where that caller runs it."""
+    _RUN_SUPPLIED.setdefault(kind, set()).update(targets)
+
+
+def run_supplied_targets() -> dict[str, frozenset[str]]:
+    return {kind: frozenset(targets) for kind, targets in _RUN_SUPPLIED.items()}
+
+
 @dataclass(frozen=True)
 class HttpPolicy:
     """Where HTTP bindings may connect. `allowed_hosts`: host names or IP networks (`10.0.0.0/8`).

@@ -119,7 +119,7 @@ def category_quotas(n: int, mix: Mapping[str, float] = WORKLOAD_MIX) -> dict[str
     weight gets at least one case when `n` allows it."""
     unknown = sorted(set(mix) - set(CATEGORIES))
     if unknown:
-        raise ValueError(f"unknown categories {unknown}; use {list(CATEGORIES)}")
+        raise ValueError(f"unknown categories {', '.join(unknown)}; use {', '.join(CATEGORIES)}")
     if any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
         raise ValueError("mix weights must be >= 0 with a positive sum")
     if n < 0:

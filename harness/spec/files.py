@@ -132,7 +132,7 @@ def write_dir(files: Mapping[str, str], path: str | os.PathLike[str]) -> None:
 def _check_relative(relative: str) -> None:
     parts = PurePosixPath(relative).parts
     if not relative or relative.startswith("/") or "\\" in relative or ".." in parts or relative.endswith("/"):
-        raise ValueError(f"refusing to write {relative!r}: paths must be relative and stay inside the harness")
+        raise ValueError(f"refusing to write “{relative}”: paths must be relative and stay inside the harness")
 
 
 # Files ---------------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _parse_harness_yaml(text: str, errors: list[SpecError]) -> tuple[str, Settin
     fields = _Fields(document, HARNESS_FILE, "", errors)
     declared = fields.text("format", required=True)
     if declared and declared != FORMAT:
-        fields.error("format", f"unsupported format {declared!r}; this is {FORMAT}")
+        fields.error("format", f"unsupported format “{declared}”; this is {FORMAT}")
     description = fields.text("description")
     settings = _parse_settings(fields.mapping("settings"))
     variables = _parse_variables(fields.mapping("variables"))
@@ -195,7 +195,7 @@ def _parse_tool(path: str, name: str, text: str, errors: list[SpecError]) -> Too
     document, errors = _load(path, text, _load_json, errors)
     top = _Fields(document, path, "", errors)
     if (kind := top.text("type", required=True)) and kind != "function":
-        top.error("type", f'must be "function", not {kind!r}')
+        top.error("type", f"must be “function”, not “{kind}”")
     function = top.mapping("function", required=True)
     harness = top.mapping("x_harness", required=True)
     binding = harness.mapping("binding", required=True)
@@ -250,7 +250,7 @@ def _parse_condition(when: _Fields) -> Condition:
         return Condition.always()
     if kind not in ("regex", "json_schema", "length"):
         when.keys()  # reported here, as a whole, rather than as an unknown field
-        when.error("", f"unknown condition {kind!r}; use cel, regex, json_schema, length or always")
+        when.error("", f"unknown condition “{kind}”; use cel, regex, json_schema, length or always")
         return Condition(kind=str(kind))
     params = when.mapping(kind)
     field = params.text("field", required=True)
@@ -337,7 +337,7 @@ def _load_json(text: str) -> Any:
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [key for key, _ in pairs]
         if duplicate := next((key for key in keys if keys.count(key) > 1), None):
-            raise _Unreadable(f"invalid JSON: key {duplicate!r} appears twice in one object")
+            raise _Unreadable(f"invalid JSON: key “{duplicate}” appears twice in one object")
         return dict(pairs)
 
     def no_constants(name: str) -> Any:
@@ -364,7 +364,7 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key “{key}”", key_node.start_mark)
             if isinstance(key, (str, int, float, bool)):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -434,7 +434,7 @@ class _Fields:
         """Check that the name written in the file equals the one its path gives."""
         written = self.text(key, expected, required=True)
         if written != expected:
-            self.error(key, f"{written!r} must equal the {source} {expected!r}")
+            self.error(key, f"“{written}” must equal the {source} “{expected}”")
 
     def words(self, key: str) -> tuple[str, ...]:
         """A space-separated string or a list of strings (Agent Skills `allowed-tools` allows both)."""
@@ -466,7 +466,7 @@ class _Fields:
         for key in self._data:
             if key not in self._read:
                 hint = difflib.get_close_matches(str(key), known, n=1)
-                self.error(str(key), "unknown field" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+                self.error(str(key), "unknown field" + (f"; did you mean “{hint[0]}”?" if hint else ""))
 
 
 def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:

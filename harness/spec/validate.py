@@ -100,7 +100,7 @@ def name_problem(name: object, *, allow_underscore: bool = False) -> str | None:
         return f"name must be 1-{MAX_NAME_CHARS} characters"
     pattern, letters = (_TOOL_NAME, "a-z, 0-9, - and _") if allow_underscore else (_NAME, "a-z, 0-9 and -")
     if not pattern.fullmatch(name):
-        return f"name {name!r} must use only {letters}, with no leading, trailing or doubled hyphen"
+        return f"name “{name}” must use only {letters}, with no leading, trailing or doubled hyphen"
     return None
 
 
@@ -168,9 +168,9 @@ def _check_settings(settings: Settings) -> Iterator[SpecError]:
         if not _is_number(value, allowed_types) or not low <= value <= high:
             out_of_range.add(name)
             kind = "a number" if name == "deadline_s" else "a whole number"
-            yield _error(HARNESS_FILE, f"settings.{name}", f"must be {kind} from {low} to {high}, not {value!r}")
+            yield _error(HARNESS_FILE, f"settings.{name}", f"must be {kind} from {low} to {high}, not {_shown(value)}")
     if not isinstance(settings.language, str) or not _LANGUAGE_TAG.fullmatch(settings.language):
-        yield _error(HARNESS_FILE, "settings.language", f"{settings.language!r} is not a BCP-47 language tag")
+        yield _error(HARNESS_FILE, "settings.language", f"{_shown(settings.language)} is not a BCP-47 language tag")
     if not isinstance(settings.fallback_reply, str):
         yield _error(HARNESS_FILE, "settings.fallback_reply", "must be a string")
     elif "reply_max_chars" not in out_of_range and len(settings.fallback_reply) > settings.reply_max_chars:
@@ -184,7 +184,7 @@ def _check_variables(variables: Mapping[str, object]) -> Iterator[SpecError]:
         if not isinstance(name, str) or not _VARIABLE_NAME.fullmatch(name):
             yield _error(HARNESS_FILE, location, "variable names must match [a-z][a-z0-9_]*")
         elif name in reserved:
-            yield _error(HARNESS_FILE, location, f"{name!r} shadows a setting or runtime variable of the same name")
+            yield _error(HARNESS_FILE, location, f"“{name}” shadows a setting or runtime variable of the same name")
         if not _is_scalar(value):
             yield _error(HARNESS_FILE, location, "must be a string, a finite number or a boolean")
 
@@ -204,13 +204,13 @@ def _check_skill(skill: Skill, scope: _Scope) -> Iterator[SpecError]:
         yield SpecError(path, problem)
     yield from _check_text(path, "description", skill.description, MAX_DESCRIPTION_CHARS)
     if skill.kind not in SKILL_KINDS:
-        yield _error(path, "kind", f"must be one of {_listed(SKILL_KINDS)}, not {skill.kind!r}")
+        yield _error(path, "kind", f"must be one of {_listed(SKILL_KINDS)}, not “{skill.kind}”")
     yield from _check_text(path, "body", skill.body, MAX_SKILL_BODY_CHARS, empty="is empty: the body is what load_skill returns")
     for tool, count in Counter(skill.allowed_tools).items():
         if tool not in scope.tools:
-            yield _error(path, "allowed-tools", f"names unknown tool {tool!r}")
+            yield _error(path, "allowed-tools", f"names unknown tool “{tool}”")
         if count > 1:
-            yield _error(path, "allowed-tools", f"lists {tool!r} more than once")
+            yield _error(path, "allowed-tools", f"lists “{tool}” more than once")
     for key, value in skill.metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             yield _error(path, f"metadata.{key}", "metadata maps strings to strings")
@@ -230,7 +230,7 @@ def _check_tool(tool: Tool, bindings: Mapping[str, Collection[str]] | None) -> I
     if problem := name_problem(tool.name, allow_underscore=True):
         yield SpecError(path, problem)
     elif tool.name in BUILTIN_TOOLS:
-        yield SpecError(path, f"{tool.name!r} is built in and may not be defined here")
+        yield SpecError(path, f"“{tool.name}” is built in and may not be defined here")
     yield from _check_text(path, "function.description", tool.description, MAX_DESCRIPTION_CHARS)
     yield from _check_parameters(path, tool.parameters)
     if not isinstance(tool.strict, bool):
@@ -239,7 +239,7 @@ def _check_tool(tool: Tool, bindings: Mapping[str, Collection[str]] | None) -> I
     yield from _check_int(path, "x_harness.timeout_ms", tool.timeout_ms, *TIMEOUT_MS_RANGE)
     yield from _check_int(path, "x_harness.retries", tool.retries, *TOOL_RETRIES_RANGE)
     if tool.side_effect not in SIDE_EFFECTS:
-        yield _error(path, "x_harness.side_effect", f"must be one of {_listed(SIDE_EFFECTS)}, not {tool.side_effect!r}")
+        yield _error(path, "x_harness.side_effect", f"must be one of {_listed(SIDE_EFFECTS)}, not “{tool.side_effect}”")
 
 
 def _check_parameters(path: str, parameters: object) -> Iterator[SpecError]:
@@ -255,7 +255,7 @@ def _check_parameters(path: str, parameters: object) -> Iterator[SpecError]:
 def _check_binding(path: str, tool: Tool, bindings: Mapping[str, Collection[str]] | None) -> Iterator[SpecError]:
     kind, target = tool.binding.kind, tool.binding.target
     if kind not in BINDING_KINDS:
-        yield _error(path, "x_harness.binding.kind", f"must be one of {_listed(BINDING_KINDS)}, not {kind!r}")
+        yield _error(path, "x_harness.binding.kind", f"must be one of {_listed(BINDING_KINDS)}, not “{kind}”")
         return
     location = "x_harness.binding.target"
     if not isinstance(target, str):
@@ -267,7 +267,7 @@ def _check_binding(path: str, tool: Tool, bindings: Mapping[str, Collection[str]
     elif bindings is not None and kind in bindings and target not in bindings[kind]:
         available = sorted(bindings[kind])
         choices = f"one of {_listed(available)}" if available else "none is installed; use another kind"
-        yield _error(path, location, f"no {kind} binding named {target!r} is available here: {choices}")
+        yield _error(path, location, f"no {kind} binding named “{target}” is available here: {choices}")
 
 
 def _check_http_target(path: str, location: str, target: str, parameters: object) -> Iterator[SpecError]:
@@ -295,7 +295,7 @@ def _check_hook(hook: Hook, scope: _Scope) -> Iterator[SpecError]:
     if problem := name_problem(hook.name):
         yield SpecError(path, problem)
     if hook.event not in EVENTS:
-        yield _error(path, "event", f"must be one of {_listed(EVENTS)}, not {hook.event!r}")
+        yield _error(path, "event", f"must be one of {_listed(EVENTS)}, not “{hook.event}”")
     else:
         yield from _check_action(path, hook)
         yield from _check_matcher(path, hook, scope)
@@ -312,7 +312,7 @@ def _check_hook(hook: Hook, scope: _Scope) -> Iterator[SpecError]:
 def _check_action(path: str, hook: Hook) -> Iterator[SpecError]:
     allowed = ACTIONS_BY_EVENT[hook.event]
     if hook.action not in allowed:
-        yield _error(path, "action", f"{hook.action!r} is not an action of {hook.event} hooks; use {_listed(allowed)}")
+        yield _error(path, "action", f"“{hook.action}” is not an action of {hook.event} hooks; use {_listed(allowed)}")
 
 
 def _check_matcher(path: str, hook: Hook, scope: _Scope) -> Iterator[SpecError]:
@@ -323,7 +323,7 @@ def _check_matcher(path: str, hook: Hook, scope: _Scope) -> Iterator[SpecError]:
         return
     for name in str(hook.matcher).split("|"):
         if name not in scope.tools:
-            yield _error(path, "matcher", f"names unknown tool {name!r} (tool names joined by |, or *)")
+            yield _error(path, "matcher", f"names unknown tool “{name}” (tool names joined by |, or *)")
 
 
 def _check_retries(path: str, hook: Hook) -> Iterator[SpecError]:
@@ -362,7 +362,7 @@ def _check_rewrite(path: str, hook: Hook) -> Iterator[SpecError]:
 
 def _check_condition(path: str, condition: Condition, event: str, scope: _Scope) -> Iterator[SpecError]:
     if condition.kind not in CONDITION_KINDS:
-        yield _error(path, "when", f"unknown condition kind {condition.kind!r}; use {_listed(CONDITION_KINDS)}")
+        yield _error(path, "when", f"unknown condition kind “{condition.kind}”; use {_listed(CONDITION_KINDS)}")
         return
     location = f"when.{condition.kind}"
     if condition.kind == "cel":
@@ -397,7 +397,7 @@ def _check_field(path: str, location: str, field: object, event: str) -> Iterato
         return
     context = EVENT_CONTEXT.get(event)
     if context is not None and field.split(".")[0] not in context:
-        yield _error(path, location, f"{field!r} is not in the context of {event} hooks ({_listed(context)})")
+        yield _error(path, location, f"“{field}” is not in the context of {event} hooks ({_listed(context)})")
 
 
 def _check_regex(path: str, location: str, condition: Condition) -> Iterator[SpecError]:
@@ -422,7 +422,7 @@ def _check_length(path: str, location: str, condition: Condition, scope: _Scope)
             continue
         value = scope.integer(bound) if isinstance(bound, str) else bound
         if not _is_number(value, (int,)) or value < 0:
-            what = f"{bound!r} is not an integer setting or variable" if isinstance(bound, str) else "must be a whole number ≥ 0"
+            what = f"“{bound}” is not an integer setting or variable" if isinstance(bound, str) else "must be a whole number ≥ 0"
             yield _error(path, f"{location}.{key}", what)
         else:
             bounds[key] = value
@@ -437,7 +437,7 @@ def _check_prompt(spec: HarnessSpec, scope: _Scope) -> Iterator[SpecError]:
     names = Counter(block.name for block in spec.prompt)
     for block in spec.prompt:
         if names[block.name] > 1:
-            yield SpecError(prompt_path(block), f"{names[block.name]} prompt blocks share the name {block.name!r}")
+            yield SpecError(prompt_path(block), f"{names[block.name]} prompt blocks share the name “{block.name}”")
         yield from _check_block(block, scope)
     yield from _check_tier_order(spec.prompt)
 
@@ -462,7 +462,7 @@ def _check_block(block: PromptBlock, scope: _Scope) -> Iterator[SpecError]:
     if not _is_number(block.order, (int,)) or not 0 <= block.order <= MAX_PROMPT_ORDER:
         yield SpecError(path, f"order must be a whole number from 0 to {MAX_PROMPT_ORDER} (the NN of NN-<name>.md)")
     if block.cache_tier not in CACHE_TIERS:
-        yield _error(path, "cache_tier", f"must be one of {_listed(CACHE_TIERS)}, not {block.cache_tier!r}")
+        yield _error(path, "cache_tier", f"must be one of {_listed(CACHE_TIERS)}, not “{block.cache_tier}”")
         return
     yield from _check_declared_variables(path, block, scope)
     yield from _check_text(path, "body", block.template, MAX_BLOCK_CHARS, required=False)
@@ -474,12 +474,12 @@ def _check_declared_variables(path: str, block: PromptBlock, scope: _Scope) -> I
     available = scope.template_names_at(block.cache_tier)
     for name, count in Counter(block.variables).items():
         if count > 1:
-            yield _error(path, "variables", f"declares {name!r} more than once")
+            yield _error(path, "variables", f"declares “{name}” more than once")
         if name in available:
             continue
         later = [tier for tier in CACHE_TIERS if name in RUNTIME_VARIABLES[tier]]
         reason = f"is a {later[0]} variable" if later else "is not a setting, variable or runtime variable"
-        yield _error(path, "variables", f"{name!r} is not available to a {block.cache_tier} block: it {reason}")
+        yield _error(path, "variables", f"“{name}” is not available to a {block.cache_tier} block: it {reason}")
 
 
 # shared checks -------------------------------------------------------------------------------------
@@ -525,7 +525,7 @@ def _check_template(path: str, location: str, template: object, known: frozenset
 
 def _check_int(path: str, location: str, value: object, low: int, high: int) -> Iterator[SpecError]:
     if not _is_number(value, (int,)) or not low <= value <= high:
-        yield _error(path, location, f"must be a whole number from {low} to {high}, not {value!r}")
+        yield _error(path, location, f"must be a whole number from {low} to {high}, not {_shown(value)}")
 
 
 def _check_json_schema(path: str, location: str, schema: dict[str, Any]) -> Iterator[SpecError]:
@@ -588,3 +588,9 @@ def _listed(names: tuple[str, ...] | list[str]) -> str:
 
 def _error(path: str, location: str, message: str) -> SpecError:
     return SpecError.at(path, location, message)
+
+
+def _shown(value: object) -> str:
+    """A value from a file as the operator wrote it: text in quotes, anything else as JSON (never a repr)."""
+    text = f"“{value}”" if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:79] + "…"

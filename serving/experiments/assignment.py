@@ -141,7 +141,7 @@ def assign(seed: str, viewer_id: str, weights: Sequence[float], coverage: float 
     if len(weights) < 1:
         raise ValueError("An experiment needs at least one arm weight.")
     if any(w < 0 for w in weights):
-        raise ValueError(f"Arm weights must be non-negative, got {list(weights)}.")
+        raise ValueError(f"Arm weights must be non-negative, got {', '.join(f'{w:g}' for w in weights)}.")
     total = sum(weights)
     if total < 0.99 or total > 1.01:
         raise ValueError(f"Arm weights must add up to 1 (within 0.99-1.01), got {total}.")

@@ -69,7 +69,7 @@ def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: 
     if any(w <= 0 for w in weights):
         raise ExperimentError("Every arm needs a positive weight.")
     if Experiment.objects.filter(workspace=workspace, key=key).exists():
-        raise ExperimentError(f"An experiment {key!r} already exists.")
+        raise ExperimentError(f"An experiment “{key}” already exists.")
     experiment = Experiment.objects.create(workspace=workspace, key=key, seed=seed or key, harness=harness,
                                            coverage=coverage, rooms=rooms or [], guardrails=guardrails or {},
                                            created_by=actor.label)
@@ -82,7 +82,7 @@ def experiment_create(*, actor: Actor, workspace: Workspace, key: str, harness: 
         elif kind == "version":
             version = harness_selectors.version_get(harness, int(arm["version"]))
         elif kind != "react":
-            raise ExperimentError(f"Arm kind must be react, label or version, not {kind!r}.")
+            raise ExperimentError(f"Arm kind must be react, label or version, not “{kind}”.")
         backend = _arm_backend(workspace, arm.get("backend") or "")
         Arm.objects.create(experiment=experiment, index=index, name=arm["name"],
                            weight=weight / total, kind=kind, label=arm.get("label", ""), version=version,

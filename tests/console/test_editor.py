@@ -24,7 +24,7 @@ def test_check_marks_the_line_of_each_error_in_the_open_file(client, members, ha
     text = harness.head.files[SKILL].replace("kind: reply", "kind: chatter", 1)
     response = client.post(EDIT + "check/", {"path": SKILL, "text": text}, HTTP_HX_REQUEST="true")
     line = text.split("\n").index("kind: chatter") + 1
-    assert markers(response) == [{"line": line, "message": "kind: must be one of reply, strategy, not 'chatter'"}]
+    assert markers(response) == [{"line": line, "message": "kind: must be one of reply, strategy, not “chatter”"}]
     assert f'data-line="{line}"'.encode() in response.content and f"line {line}".encode() in response.content
 
     valid = client.post(EDIT + "check/", {"path": SKILL, "text": harness.head.files[SKILL]}, HTTP_HX_REQUEST="true")
@@ -69,14 +69,14 @@ def test_a_new_tool_binds_to_a_builtin_that_exists(client, members, harness):
     response = client.post(EDIT + "add/", {"kind": "tool", "module": "gift_card", "binding": "demo.gift_card"},
                            follow=True)
     assert "tools/gift_card.json" not in Draft.objects.get(harness=harness).files
-    assert "no builtin binding named &#x27;demo.gift_card&#x27; is available here" in response.content.decode()
+    assert "no builtin binding named “demo.gift_card” is available here" in response.content.decode()
     text = json.dumps({**tool, "function": {**tool["function"], "name": "gift_wrap"},
                        "x_harness": {**tool["x_harness"], "binding": {"kind": "builtin", "target": "demo.nope"}}},
                       indent=2)
     check = client.post(EDIT + "check/", {"path": "tools/gift_wrap.json", "text": text}, HTTP_HX_REQUEST="true")
     assert b'id="valid"' not in check.content
     assert markers(check) == [{"line": text.split("\n").index('      "target": "demo.nope"') + 1,
-                               "message": "x_harness.binding.target: no builtin binding named 'demo.nope' is available "
+                               "message": "x_harness.binding.target: no builtin binding named “demo.nope” is available "
                                           "here: one of " + ", ".join(sorted(_builtins()))}]
     response = client.post(EDIT + "add/", {"kind": "tool", "module": "gift_box"}, follow=True)
     assert "Choose the builtin the new tool binds to." in response.content.decode()

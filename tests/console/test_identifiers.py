@@ -136,7 +136,7 @@ def test_console_forms_show_the_rule(client, members, harness):
 
     response = client.post("/w/acme/harnesses/avatar/labels/move/", {"label": "Bad Label", "version": "1",
                                                                       "reason": "r"}, follow=True)
-    assert "label &#x27;Bad Label&#x27; is not allowed" in response.content.decode()
+    assert "label “Bad Label” is not allowed" in response.content.decode()
     assert not EvalSet.objects.exists() and not Experiment.objects.exists() and not Label.objects.exists()
     assert Harness.objects.count() == 1
 

@@ -30,7 +30,7 @@ def test_cli_creates_a_workspace_and_adds_members(capsys):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["shop", "--admin", "ghost"], "No user named 'ghost'"),
+    (["shop", "--admin", "ghost"], "No user named “ghost”"),
     (["bad slug", "--admin", "root"], "lowercase letters and digits"),  # the identifier rule's message
     (["x" * 65, "--admin", "root"], "longer than 64"),
 ])

@@ -3,7 +3,7 @@
 from evaluation.evolution.signatures import CaseRecord
 from tests.evaluation.builders import make_trace, tool_step
 
-SKILL_REASON = "no expected reply skill loaded (expected one of ['product-qa'], loaded ['casual-chat'])"
+SKILL_REASON = "no expected reply skill loaded (expected one of product-qa; loaded casual-chat)"
 
 
 def skill_missing(i: int, message: str = "") -> CaseRecord:

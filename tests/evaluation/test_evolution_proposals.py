@@ -93,6 +93,9 @@ def test_skill_trigger_adds_the_viewers_phrases_to_the_missing_skills_descriptio
     assert proposal.target == "skills/product-qa/SKILL.md" and proposal.diff.startswith("--- a/skills/product-qa/")
     description = _edited(spec, proposal).skill("product-qa").description
     assert '"price tag"' in description and description.startswith(spec.skill("product-qa").description)
+    # The operator reads the rationale: names in words, not Python lists.
+    assert "“price tag”" in proposal.rationale and "['" not in proposal.rationale and "loaded casual-chat" in (
+        proposal.rationale)
     assert set(proposal.evidence) <= {r.case_id for r in records}
     assert trigger_phrases(["how much is it", "how much now"], "") == []  # stop words only: nothing to add
 

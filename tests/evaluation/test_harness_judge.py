@@ -98,7 +98,7 @@ def test_judge_model_configuration_is_validated(settings):
     with pytest.raises(ImproperlyConfigured, match="HARNESSOPS_JUDGE_MODELS"):
         resolve_judge("harness:a", "scripted")
     settings.JUDGE_MODELS = {}
-    with pytest.raises(EvalError, match="Unknown judge model 'nope'"):
+    with pytest.raises(EvalError, match="Unknown judge model “nope”"):
         resolve_judge("harness:nope", "scripted")
 
 

@@ -28,3 +28,8 @@ def test_replay_stats():
     assert stats["ttft_p50_ms"] == 200
     assert stats["decode_tokens_per_s"] == pytest.approx(100 / 2.0)  # 2 calls: 50 tokens in 1.0 s each
     assert stats["success_rate"] == 0.75 and stats["within_deadline"] == 0.75
+
+
+def test_a_decode_too_short_to_measure_gives_no_rate():
+    scripted = {"kind": "model", "latency_ms": 0.02, "ttft_ms": 0.01, "tokens_out": 12}
+    assert replay_stats([trace(1, ttft=0.01, steps=[scripted])])["decode_tokens_per_s"] is None

@@ -34,6 +34,9 @@ def test_accurate_but_no_reply_skill_loaded_is_half_effective():
     assert (v.accuracy, v.effectiveness) == (1, 0.5)
     assert v.checks["skills"] is False
     assert any("reply skill" in r for r in v.reasons)
+    skill_reason = next(r for r in v.reasons if "reply skill" in r)
+    assert "[" not in skill_reason and "'" not in skill_reason  # a sentence, not Python lists
+    assert skill_reason.endswith("loaded none)")
 
 
 def test_accurate_but_expected_tool_call_missing_is_half_effective():
@@ -97,7 +100,7 @@ def test_some_facts_is_partially_correct():
     v = judged("It's $71.20 today!")  # the size fact is missing
     assert (v.accuracy, v.effectiveness) == (0, 0.5)
     assert v.checks["facts"] is False
-    assert "missing fact: 'M'" in v.reasons
+    assert "missing fact: “M”" in v.reasons
     assert "partially correct: 1 of 2 facts" in v.reasons
 
 
@@ -116,7 +119,7 @@ def test_forbidden_claim_makes_an_otherwise_correct_reply_wrong():
     v = judged("$71.20 in M, with free shipping!")
     assert (v.accuracy, v.effectiveness) == (0, 0.0)
     assert v.checks["forbidden"] is False and v.checks["facts"] is True
-    assert "forbidden claim present: 'free shipping'" in v.reasons
+    assert "forbidden claim present: “free shipping”" in v.reasons
 
 
 def test_forbidden_claim_cancels_partial_credit():
@@ -288,7 +291,7 @@ def test_any_of_tools():
     case = make_case(facts=("2",), skills=(), tools=(), meta={"any_of_tools": ["search_faq", "get_product_info"]})
     none = judge_reference(case, make_trace("It has a 2 year warranty."))
     assert (none.accuracy, none.effectiveness) == (1, 0.5)
-    assert none.reasons == ("none of the expected tools called (any of ['search_faq', 'get_product_info'])",)
+    assert none.reasons == ("none of the expected tools called (any of search_faq, get_product_info)",)
     one = make_trace("It has a 2 year warranty.", steps=[tool_step("get_product_info", {"link_id": "L001"})])
     assert judge_reference(case, one).effectiveness == 1.0
 

@@ -53,7 +53,7 @@ def test_duplicate_key_in_front_matter_points_at_the_second_key(files):
 
 def test_front_matter_field_error_points_at_the_field(files):
     text = files[SKILL].replace("kind: reply", "kind: chatter", 1)
-    assert located(files, SKILL, text) == [(line_of(text, "kind: chatter"), "must be one of reply, strategy, not 'chatter'")]
+    assert located(files, SKILL, text) == [(line_of(text, "kind: chatter"), "must be one of reply, strategy, not “chatter”")]
 
 
 def test_body_template_error_points_at_the_line_with_the_tag(files):
@@ -79,7 +79,7 @@ def test_unknown_and_missing_fields_point_at_the_key_or_its_parent(files):
     text = json.dumps(tool, indent=2)
     found = dict((message, line) for line, message in located(files, TOOL, text))
     assert found["is required"] == line_of(text, '"function"')
-    assert found["unknown field; did you mean 'retries'?"] == line_of(text, '"retires"')
+    assert found["unknown field; did you mean “retries”?"] == line_of(text, '"retires"')
 
 
 def test_json_syntax_error_uses_the_parser_line(files):
@@ -109,7 +109,7 @@ def test_builtin_bindings_are_checked_against_the_available_ones(files):
     parse_files({**others, path: text})  # form only: valid without knowing the bindings
     [error] = errors_of({**others, path: text}, bindings=bindings)
     assert error.path == f"{path}: x_harness.binding.target"
-    assert error.message == "no builtin binding named 'demo.gift_wrap' is available here: one of demo.get_promotion"
+    assert error.message == "no builtin binding named “demo.gift_wrap” is available here: one of demo.get_promotion"
     assert error_line(text, error) == line_of(text, '"target"')
     parse_files({**others, path: skeleton("tool", "gift_wrap", binding="demo.get_promotion")}, bindings=bindings)
 

@@ -21,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *, workspace, username, role, **options):
         space = Workspace.objects.filter(slug=workspace).first()
         if space is None:
-            raise CommandError(f"No workspace {workspace!r}.")
+            raise CommandError(f"No workspace “{workspace}”.")
         try:
             membership_set(actor=Actor.system("cli:member_add"), workspace=space, username=username, role=role)
         except MembershipError as exc:

@@ -50,7 +50,7 @@ class Command(BaseCommand):
                         harness=Harness.objects.get(workspace=workspace, name="avatar"))
         harness = Harness.objects.get(workspace=workspace, name="avatar")
         labels = ", ".join(f"{lb.name}→v{lb.version.number}" for lb in Label.objects.filter(harness=harness))
-        self.stdout.write(f"Demo workspace 'demo': harness avatar v{harness.head.number} ({labels}), room demo-room.")
+        self.stdout.write(f"Demo workspace “demo”: harness avatar v{harness.head.number} ({labels}), room demo-room.")
         url = os.environ.get("HARNESSOPS_URL", "http://127.0.0.1:8000")
         self.stdout.write(f"Log in at {url} as {user.username} / {password}")
 

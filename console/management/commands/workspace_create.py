@@ -21,10 +21,10 @@ class Command(BaseCommand):
     def handle(self, *, slug, name, admin, **options):
         owner = get_user_model().objects.filter(username=admin).first()
         if owner is None:
-            raise CommandError(f"No user named {admin!r}; create one first (manage.py createsuperuser).")
+            raise CommandError(f"No user named “{admin}”; create one first (manage.py createsuperuser).")
         try:
             workspace = workspace_create(actor=Actor.system("cli:workspace_create"), slug=slug, name=name,
                                          owner=owner)
         except WorkspaceError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"Workspace {workspace.slug!r} ({workspace.name}) created; {admin} is its admin.")
+        self.stdout.write(f"Workspace “{workspace.slug}” ({workspace.name}) created; {admin} is its admin.")

@@ -34,7 +34,7 @@ def start_run(harness, eval_set, *, workspace, backend, judge="reference", concu
     """Create a run of HARNESS@REF on SET@vN (shared by eval_run and replay); with inline, execute it here."""
     space = Workspace.objects.filter(slug=workspace).first()
     if space is None:
-        raise CommandError(f"No workspace {workspace!r}.")
+        raise CommandError(f"No workspace “{workspace}”.")
     try:
         name, _, ref = harness.partition("@")
         target = harness_selectors.harness_get(space, name)

@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def handle(self, name, workspace, suite, jsonl, seed, n, **options):
         space = Workspace.objects.filter(slug=workspace).first()
         if space is None:
-            raise CommandError(f"No workspace {workspace!r}.")
+            raise CommandError(f"No workspace “{workspace}”.")
         actor = Actor.system("cli:eval_set")
         try:
             if jsonl:

@@ -25,7 +25,7 @@ class Command(BaseCommand):
             spaces = spaces.filter(slug=workspace)
         spaces = list(spaces.distinct())
         if len(spaces) != 1:
-            raise CommandError(f"{len(spaces)} workspaces have a harness {name!r}; pass --workspace.")
+            raise CommandError(f"{len(spaces)} workspaces have a harness “{name}”; pass --workspace.")
         target = Path(directory)
         if target.exists() and any(target.iterdir()):
             raise CommandError(f"{target} is not empty; export into a new or empty directory.")

@@ -19,7 +19,7 @@ class Command(BaseCommand):
     def handle(self, directory, workspace, harness, message, **options):
         space = Workspace.objects.filter(slug=workspace).first()
         if space is None:
-            raise CommandError(f"No workspace {workspace!r}.")
+            raise CommandError(f"No workspace “{workspace}”.")
         try:
             files = read_dir(directory)
             result = services.harness_import(actor=Actor.system("cli:harness_import"), workspace=space,

@@ -55,7 +55,7 @@ class Command(BaseCommand):
                **options):
         space = Workspace.objects.filter(slug=workspace).first()
         if space is None:
-            raise CommandError(f"No workspace {workspace!r}.")
+            raise CommandError(f"No workspace “{workspace}”.")
         experiment = Experiment.objects.filter(workspace=space, status=Experiment.Status.RUNNING).first()
         if experiment is None:
             self.stderr.write("No running experiment: replies will follow the production label.")
