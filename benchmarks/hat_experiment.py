@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only judge this trained arm into the workdir's eval cache (another process can share "
                              "the judging of a run; the run, resumed, reads it)")
     parser.add_argument("--package-default", action="store_true",
-                        help="afterwards, commit-ready: copy HSA-SFT's adapter to training/default_model/ when its "
-                             "accuracy under the original harness clearly beats the base's (95%% intervals apart)")
+                        help="afterwards, copy HSA-SFT's adapter to training/default_model/ when its accuracy under "
+                             "the original harness clearly beats the base's (95%% intervals apart) and its replies are "
+                             "right more often than wrong")
     args = parser.parse_args(argv)
     if args.render_only:
         result = json.loads(Path(args.out_json).read_text(encoding="utf-8"))
@@ -111,15 +112,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def package_default(result: dict, workdir: Path) -> int:
-    from training.default_model import SHIPPABLE_ARM, beats_base, package_adapter
+    from training.default_model import SHIPPABLE_ARM, package_adapter, ship_decision
 
-    scores, base = result["arms"][SHIPPABLE_ARM], result["arms"]["base"]
-    if not beats_base(result):
-        print(f"Not packaged: {SHIPPABLE_ARM} {scores['fixed']} {scores['fixed_ci']} does not clearly beat the base "
-              f"{base['fixed']} {base['fixed_ci']} under the original harness.")
+    ships, why = ship_decision(result)
+    if not ships:
+        print(f"Not packaged: {why}.")
         return 1
     out = package_adapter(workdir / "hat" / "stages" / "00-sft", result, SHIPPABLE_ARM)
-    print(f"Packaged {SHIPPABLE_ARM} into {out}; `manage.py build_default_model` (make run) builds it.")
+    print(f"Packaged {SHIPPABLE_ARM} into {out} ({why}); `manage.py build_default_model` (make run) builds it.")
     return 0
 
 

@@ -139,3 +139,19 @@ def beats_base(result: dict, arm: str = SHIPPABLE_ARM) -> bool:
     wholly above the base's (the issue's condition for shipping it as the embedded default)."""
     arms = result["arms"]
     return arms[arm]["fixed_ci"][0] > arms["base"]["fixed_ci"][1]
+
+
+def ship_decision(result: dict, arm: str = SHIPPABLE_ARM) -> tuple[bool, str]:
+    """Whether `arm` may become the embedded default, and why. Beating the base is not enough: a viewer who
+    gets a wrong price is worse off than one who gets the fallback line, so when the model answers it must
+    be right more often than wrong (under the original harness)."""
+    scores, base = result["arms"][arm], result["arms"]["base"]
+    if not beats_base(result, arm):
+        return False, (f"{arm} {scores['fixed']} {scores['fixed_ci']} does not clearly beat the base "
+                       f"{base['fixed']} {base['fixed_ci']} under the original harness")
+    correct = round(scores["fixed"] * scores["n"]["fixed"])
+    wrong = scores.get("wrong_answers", {}).get("fixed")
+    if wrong is None or wrong >= correct:
+        return False, (f"{arm} beats the base ({scores['fixed']} vs {base['fixed']}) but its answers are wrong as "
+                       f"often as right: {correct} correct vs {wrong} wrong replies of {scores['n']['fixed']} turns")
+    return True, f"{arm}: {correct} correct vs {wrong} wrong replies of {scores['n']['fixed']}; base {base['fixed']}"

@@ -22,6 +22,7 @@ from training.default_model import (
     manifest,
     package_adapter,
     sha256,
+    ship_decision,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
@@ -157,3 +158,15 @@ def test_only_a_clear_margin_over_the_base_ships():
     assert beats_base(result([0.21, 0.40], [0.0, 0.0]))
     assert not beats_base(result([0.0, 0.05], [0.0, 0.0]))       # a zero lower bound is no margin
     assert not beats_base(result([0.30, 0.50], [0.25, 0.45]))    # overlapping intervals
+
+
+def test_a_model_that_answers_wrong_as_often_as_right_does_not_ship():
+    def result(correct, wrong):
+        arm = {"fixed": correct / 100, "fixed_ci": [correct / 100 - 0.09, correct / 100 + 0.09], "n": {"fixed": 100},
+               "wrong_answers": {"fixed": wrong, "heldout": 0}}
+        return {"arms": {"hsa_sft": arm, "base": {"fixed": 0.0, "fixed_ci": [0.0, 0.0]}}}
+
+    assert ship_decision(result(61, 20))[0]
+    ships, why = ship_decision(result(37, 63))
+    assert not ships and "37 correct vs 63 wrong" in why
+    assert not ship_decision(result(5, 0))[0]    # no margin over the base

@@ -269,6 +269,15 @@ def _arm_scores(model_dir: str, data: Data, config: ExperimentConfig, label: str
             "turns": {"fixed": [_turn_record(s) for s in fixed], "heldout": [_turn_record(s) for s in held]}}
 
 
+def _summary(scores: dict[str, Any]) -> dict[str, Any]:
+    """An arm's scores for the report: per-turn records left out, the wrong answers counted (a reply the judge
+    failed: the model spoke and was wrong, which a viewer sees, unlike a fallback line)."""
+    turns = scores.get("turns", {})
+    return {**{k: v for k, v in scores.items() if k != "turns"},
+            "wrong_answers": {part: sum(1 for t in turns.get(part, ()) if t["outcome"] == "replied"
+                                        and not t["accuracy"]) for part in ("fixed", "heldout")}}
+
+
 def _turn_record(score: Any) -> dict[str, Any]:
     return {"case_id": score.case_id, "accuracy": score.accuracy, "outcome": score.outcome,
             "reasons": list(score.reasons)}
@@ -450,7 +459,7 @@ class ArmEvaluations:
         return scores
 
     def results(self) -> dict[str, dict[str, Any]]:
-        arms = {arm: {k: v for k, v in self.futures[arm].result().items() if k != "turns"} for arm in ARMS}
+        arms = {arm: _summary(self.futures[arm].result()) for arm in ARMS}
         for arm, scores in arms.items():
             self.timings[f"eval_{arm}"] = scores.get("eval_s", 0.0)
         return arms

@@ -33,6 +33,11 @@ def _eval_line(config: dict[str, Any]) -> str:
             "error is a failed answer.")
 
 
+def _wrong(arm: dict[str, Any]) -> str:
+    wrong = arm.get("wrong_answers")
+    return f"{wrong['fixed']} / {wrong['heldout']}" if wrong else "—"
+
+
 def render_markdown(result: dict[str, Any], notes: str = "") -> str:
     """The page; `notes` (the reading of the figures, written after the run) is appended as it is."""
     n, arms, tokens, steps = result["n"], result["arms"], result["train_tokens"], result["steps"]
@@ -42,23 +47,26 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
         "",
         f"Model `{result['model']}`, compact harness `{harness['path']}` (content hash "
         f"`{harness['content_hash'][:12]}`, first prompt {harness['system_prompt_tokens']} tokens with tool schemas). "
-        f"n = {n['fixed']} Live-Stream QA cases under the original harness, the same {n['heldout']} cases each under "
-        f"its own held-out harness edit, {n['ifeval']} IFEval-format prompts. Wall time {result['wall_s']:.0f} s.",
+        f"Up to {max(a.get('n', n)['fixed'] for a in arms.values())} Live-Stream QA cases under the original harness, "
+        "the same cases each under its own held-out harness edit, and up to "
+        f"{max(a.get('n', n)['ifeval'] for a in arms.values())} IFEval-format prompts per arm (each arm's n is in the "
+        f"table; the smallest is {n['fixed']} / {n['ifeval']}). Wall time {result['wall_s']:.0f} s.",
         "",
         "Command: `" + result.get("command", "python benchmarks/hat_experiment.py") + "`",
         "",
         "Accuracy in % (reference judge; IFEval prompt-level strict), 95% bootstrap CI in brackets; Δ = held-out − "
         "original.",
         "",
-        "| arm | n | original | held-out | Δ | IFEval | eff. orig / held-out |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| arm | n | original | held-out | Δ | IFEval (n) | eff. orig / held-out | wrong replies orig / held-out |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for arm, title in ARM_TITLES.items():
         a = arms[arm]
         arm_n = a.get("n", n)
         lines.append(f"| {title} | {arm_n['fixed']} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
-                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} "
-                     f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} |")
+                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} ({arm_n['ifeval']}) "
+                     f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} "
+                     f"| {_wrong(a)} |")
     disjoint = result["lineage"]["disjoint"]
     lines += [
         "",
