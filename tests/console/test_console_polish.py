@@ -14,8 +14,7 @@ from harness import services as harness_services
 from serving.experiments.selectors import experiment_snapshot
 from serving.experiments.services import experiment_create, experiment_start, experiment_stop
 from serving.models import Experiment, Trace
-from serving.services import room_upsert
-from tests.serving.test_reply_api import LOAD_AND_LOOK, ROOM
+from tests.serving.test_reply_api import LOAD_AND_LOOK
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")
@@ -27,15 +26,6 @@ def no_internals(html: str) -> str:
     found = REPR.search(html)
     assert found is None, f"Python internals on the page: …{html[max(0, found.start() - 120):found.end() + 120]}…"
     return html
-
-
-@pytest.fixture
-def operator(client, members, workspace, harness, settings):
-    settings.MODEL_BACKEND = "scripted"
-    harness_services.label_move(actor=SYSTEM, harness=harness, name="production", version=harness.head, reason="go")
-    room_upsert(workspace=workspace, context=ROOM, harness=harness)
-    client.force_login(members["operator"])
-    return client
 
 
 def send(client, message, version="label:production"):

@@ -3,22 +3,9 @@ playground turn, and a favicon request that logged a 404 on every page."""
 
 import pytest
 
-from console.access import Actor
-from harness import services as harness_services
-from serving.services import room_upsert
-from tests.serving.test_reply_api import LOAD_AND_LOOK, ROOM
+from tests.serving.test_reply_api import LOAD_AND_LOOK
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator(client, members, workspace, harness, settings):
-    settings.MODEL_BACKEND = "scripted"
-    harness_services.label_move(actor=Actor.system("test"), harness=harness, name="production",
-                                version=harness.head, reason="go")
-    room_upsert(workspace=workspace, context=ROOM, harness=harness)
-    client.force_login(members["operator"])
-    return client
 
 
 def test_a_playground_turn_also_refreshes_the_measured_speed_and_the_conversation(operator, settings):
