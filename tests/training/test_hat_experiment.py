@@ -15,6 +15,7 @@ from training.hat.experiment import (
     answerable,
     build_data,
     compact_spec,
+    paired_comparisons,
     run_experiment,
 )
 from training.hat.report import render_markdown
@@ -113,5 +114,33 @@ def test_experiment_end_to_end_at_toy_scale(tmp_path):
     assert all(stage["checked_disjoint"] for stage in result["lineage"]["stages"].values())
     assert len(result["heldout_edits"]) == 2 and result["harness"]["system_prompt_tokens"] > 100
     assert result["wall_s"] > 0
+    # Paired, case by case: every arm answered the same cases, so each comparison pairs all of them.
+    paired = result["paired"]
+    assert set(paired["drop"]) == set(ARMS)
+    assert set(paired["heldout_vs_fixed_sft"]) == {"hsa_sft", "hsa_sft_opd", "hat"}
+    for pair in (*paired["drop"].values(), *paired["heldout_vs_fixed_sft"].values()):
+        assert pair["n"] == 2 and pair["ci"][0] <= pair["delta"] <= pair["ci"][1]
     markdown = render_markdown(result)
-    assert "| HSA-SFT |" in markdown and "held-out" in markdown
+    assert "| HSA-SFT |" in markdown and "held-out" in markdown and "held-out vs Fixed-SFT" in markdown
+
+
+def test_paired_comparisons_pair_arms_case_by_case():
+    def arm(fixed, heldout):
+        turns = {part: [{"case_id": f"c{i}", "accuracy": a} for i, a in enumerate(values)]
+                 for part, values in (("fixed", fixed), ("heldout", heldout))}
+        return {"fixed": sum(fixed) / len(fixed), "heldout": sum(heldout) / len(heldout), "turns": turns}
+
+    raw = {"base": arm([0, 0, 0, 0], [0, 0, 0, 0]), "fixed_sft": arm([1, 1, 1, 1], [1, 0, 0, 0]),
+           "hsa_sft": arm([1, 1, 1, 0], [1, 1, 1, 0]), "hsa_sft_opd": arm([1, 1, 0, 0], [0, 1, 1, 0]),
+           "hat": arm([1, 1, 1, 1], [1, 1, 1, 1])}
+    paired = paired_comparisons(raw, seed=13)
+    vs_fixed = paired["heldout_vs_fixed_sft"]
+    assert vs_fixed["hsa_sft"]["delta"] == 0.5 and (vs_fixed["hsa_sft"]["better"], vs_fixed["hsa_sft"]["worse"]) == (2, 0)
+    assert vs_fixed["hsa_sft"]["mcnemar_p"] == 0.5  # 2 discordant cases, both one way: 2 * (1/2)^2
+    # OPD: one case lost (c0), two gained (c1, c2) against Fixed-SFT; its own drop pairs c0 lost and c2 gained
+    assert (vs_fixed["hsa_sft_opd"]["better"], vs_fixed["hsa_sft_opd"]["worse"]) == (2, 1)
+    assert paired["drop"]["hsa_sft_opd"]["delta"] == 0.0 and paired["drop"]["hsa_sft_opd"]["worse"] == 1
+    assert paired["drop"]["fixed_sft"]["delta"] == -0.75 and paired["drop"]["hat"]["ci"] == [0.0, 0.0]
+    # the base got every held-out case wrong, so an arm removes the share of errors it gets right
+    assert paired["heldout_error_reduction_vs_base"] == {"fixed_sft": 0.25, "hsa_sft": 0.75, "hsa_sft_opd": 0.5,
+                                                         "hat": 1.0}

@@ -278,6 +278,36 @@ def _summary(scores: dict[str, Any]) -> dict[str, Any]:
                                         and not t["accuracy"]) for part in ("fixed", "heldout")}}
 
 
+def paired_comparisons(raw: dict[str, dict[str, Any]], *, seed: int) -> dict[str, Any]:
+    """The experiment's questions asked case by case (every arm answered the same cases, so the paired
+    difference is far tighter than two independent intervals): each trained arm vs Fixed-SFT under the
+    held-out edits, and each arm's own drop from the original harness to its held-out edit. Paired
+    percentile bootstrap of the mean difference and the exact McNemar p (`evaluation.metrics.compare`).
+    Also the report's headline figure: the share of the base's held-out errors an arm removes."""
+    from evaluation.metrics.compare import compare_metric
+
+    def run(arm: str, part: str) -> dict[str, dict[str, int]]:
+        return {t["case_id"]: {"accuracy": t["accuracy"]} for t in raw[arm].get("turns", {}).get(part, ())}
+
+    def summary(baseline: dict[str, Any], candidate: dict[str, Any], salt: int) -> dict[str, Any]:
+        c = compare_metric(baseline, candidate, "accuracy", seed=seed + salt, n_resamples=5000)
+        return {"n": c.n, "delta": round(c.delta, 4) if c.n else None,
+                "ci": [round(c.ci_low, 4), round(c.ci_high, 4)] if c.n else None,
+                "mcnemar_p": None if c.mcnemar_p is None else round(c.mcnemar_p, 4),
+                "worse": len(c.regressed), "better": len(c.improved)}
+
+    trained = [arm for arm in ARMS if arm not in ("base", "fixed_sft")]
+    base_errors = 1.0 - raw["base"]["heldout"]
+    return {
+        "heldout_vs_fixed_sft": {arm: summary(run("fixed_sft", "heldout"), run(arm, "heldout"), 11)
+                                 for arm in trained},
+        "drop": {arm: summary(run(arm, "fixed"), run(arm, "heldout"), 17) for arm in ARMS},
+        "heldout_error_reduction_vs_base": {
+            arm: round((base_errors - (1.0 - raw[arm]["heldout"])) / base_errors, 4) if base_errors else None
+            for arm in ARMS if arm != "base"},
+    }
+
+
 def _turn_record(score: Any) -> dict[str, Any]:
     return {"case_id": score.case_id, "accuracy": score.accuracy, "outcome": score.outcome,
             "reasons": list(score.reasons)}
@@ -335,6 +365,7 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
             for result in results[name]:  # stages resumed from an earlier run report no checkpoint
                 watcher.checkpoint(result, quiet=True)
         arms = evaluations.results()
+        paired = paired_comparisons(evaluations.raw(), seed=config.seed)
     trained_hashes = {h for result in (*results["fixed"], *results["hat"]) for h in result.harness_hashes}
     hat_results = results["hat"]
     return {
@@ -342,6 +373,7 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
         # n: the smallest per-arm sample (each arm's own is in arms[arm]["n"])
         "n": {key: min(arms[arm]["n"][key] for arm in ARMS) for key in ("fixed", "heldout", "ifeval")},
         "arms": arms,
+        "paired": paired,
         "train_tokens": {"fixed_sft": split["fixed_tokens"], "hsa_sft": split["hsa_tokens"],
                          "fixed_sft_rows": split["fixed_rows"], "hsa_sft_rows": split["hsa_rows"],
                          "opd_tokens": hat_results[1].metrics.get("num_tokens"),
@@ -458,8 +490,12 @@ class ArmEvaluations:
         self.reporter.line(f"hat: {arm} fixed={scores['fixed']} heldout={scores['heldout']} ifeval={scores['ifeval']}")
         return scores
 
+    def raw(self) -> dict[str, dict[str, Any]]:
+        """Every arm's scores with its per-turn records (what the paired comparisons read)."""
+        return {arm: self.futures[arm].result() for arm in ARMS}
+
     def results(self) -> dict[str, dict[str, Any]]:
-        arms = {arm: _summary(self.futures[arm].result()) for arm in ARMS}
+        arms = {arm: _summary(scores) for arm, scores in self.raw().items()}
         for arm, scores in arms.items():
             self.timings[f"eval_{arm}"] = scores.get("eval_s", 0.0)
         return arms

@@ -38,6 +38,33 @@ def _wrong(arm: dict[str, Any]) -> str:
     return f"{wrong['fixed']} / {wrong['heldout']}" if wrong else "—"
 
 
+def _delta(pair: dict[str, Any]) -> str:
+    if not pair or pair.get("delta") is None:
+        return "—"
+    p = pair["mcnemar_p"]
+    return (f"{100 * pair['delta']:+.1f} [{100 * pair['ci'][0]:+.1f}, {100 * pair['ci'][1]:+.1f}] "
+            f"({pair['better']}↑ {pair['worse']}↓{'' if p is None else f', p = {p:.3g}'}; n {pair['n']})")
+
+
+def _paired_lines(paired: dict[str, Any] | None) -> list[str]:
+    """Case-by-case differences: every arm answered the same cases, so these are the experiment's tests."""
+    if not paired:
+        return []
+    lines = ["", "Paired, case by case (points; paired bootstrap 95% CI; ↑/↓ cases that got right/wrong; exact "
+             "McNemar p): each arm's drop from the original harness to its held-out edit, each arm against "
+             "Fixed-SFT under the held-out edits, and the share of the base's held-out errors the arm removes (the "
+             "report's headline measure).", "",
+             "| arm | held-out − original | held-out vs Fixed-SFT | held-out errors removed vs base |",
+             "|---|---|---|---:|"]
+    reduction = paired.get("heldout_error_reduction_vs_base", {})
+    for arm, title in ARM_TITLES.items():
+        removed = reduction.get(arm)
+        lines.append(f"| {title} | {_delta(paired['drop'].get(arm))} | "
+                     f"{_delta(paired['heldout_vs_fixed_sft'].get(arm)) if arm not in ('base', 'fixed_sft') else '—'} "
+                     f"| {'—' if removed is None else f'{100 * removed:.1f} %'} |")
+    return lines
+
+
 def render_markdown(result: dict[str, Any], notes: str = "") -> str:
     """The page; `notes` (the reading of the figures, written after the run) is appended as it is."""
     n, arms, tokens, steps = result["n"], result["arms"], result["train_tokens"], result["steps"]
@@ -67,6 +94,7 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
                      f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} ({arm_n['ifeval']}) "
                      f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} "
                      f"| {_wrong(a)} |")
+    lines += _paired_lines(result.get("paired"))
     disjoint = result["lineage"]["disjoint"]
     lines += [
         "",
