@@ -88,7 +88,7 @@ class _Compiled:
                 flags |= _FLAGS[letter]
             self.regex = re.compile(condition.pattern, flags)
         elif self.kind == "json_schema":
-            self.validator = jsonschema.Draft202012Validator(dict(condition.schema or {}))
+            self.validator = SchemaCheck(dict(condition.schema or {}))
         elif self.kind == "length":
             self.low = _bound(condition.min, constants)
             self.high = _bound(condition.max, constants)
@@ -107,7 +107,7 @@ class _Compiled:
         if self.kind == "regex":
             return value is not None and self.regex.search(str(value)) is not None
         if self.kind == "json_schema":
-            return not self.validator.is_valid(value)
+            return self.validator.first_error(value) is not None
         size = len(value) if isinstance(value, (str, list, tuple, dict)) else len(str(value or ""))
         return (self.low is not None and size < self.low) or (self.high is not None and size > self.high)
 
@@ -129,6 +129,30 @@ class _Compiled:
 CEL_MEMO_SIZE = 512  # answers remembered per hook; past it new inputs are evaluated every time
 _FIXED_NAMES = frozenset({"settings", "vars"})
 _MEMO_KEY_BUDGET = 256  # scalars and containers walked at most; bigger inputs are evaluated every time
+
+
+SCHEMA_MEMO_SIZE = 512  # answers remembered per JSON Schema; past it new inputs are validated every time
+
+
+class SchemaCheck:
+    """A JSON Schema validator (2020-12) that remembers its answers per input, bounded, as CEL answers are:
+    validation is pure, live turns repeat a handful of arguments (the item on screen), and jsonschema's
+    validator costs ~10 µs a call, the largest part of a tool call's overhead."""
+
+    def __init__(self, schema: Mapping[str, Any]):
+        self.validator = jsonschema.Draft202012Validator(schema)
+        self.memo: dict[tuple, tuple[str, str] | None] = {}
+
+    def first_error(self, value: Any) -> tuple[str, str] | None:
+        """(where, message) of the first error, or None when `value` is valid."""
+        key = _memo_key({"": value})
+        if key is not None and key in self.memo:
+            return self.memo[key]
+        problem = next(iter(self.validator.iter_errors(value)), None)
+        answer = None if problem is None else (".".join(str(p) for p in problem.absolute_path), problem.message)
+        if key is not None and len(self.memo) < SCHEMA_MEMO_SIZE:
+            self.memo[key] = answer
+        return answer
 
 
 def _memo_key(values: Mapping[str, Any]) -> tuple | None:

@@ -530,6 +530,20 @@ def test_remembered_cel_answers_tell_types_apart_and_errors_are_never_remembered
     assert len(engine.by_event["pre_tool"][0].memo) == 2  # 1 and 2; the error was evaluated twice, not stored
 
 
+def test_remembered_schema_answers_tell_types_apart():
+    """Tool arguments and json_schema conditions remember their answers per input; True == 1 in Python (same
+    hash) but is no JSON Schema integer, so it must not reuse the answer remembered for 1."""
+    from harness.runtime.hooks import SchemaCheck
+
+    check = SchemaCheck({"type": "object", "properties": {"n": {"type": "integer", "maximum": 5}}})
+    for _ in range(2):  # the second round answers from memory, and must answer the same
+        assert check.first_error({"n": 1}) is None and check.first_error({"n": 1.0}) is None
+        assert check.first_error({"n": True}) == ("n", "True is not of type 'integer'")
+        assert check.first_error({"n": 6}) == ("n", "6 is greater than the maximum of 5")
+        assert check.first_error({"n": [0] * 300}) is not None  # too big to remember: validated each time
+    assert len(check.memo) == 4
+
+
 CEL_CASES = [
     "size(loaded_reply_skills) == 0", "size(ungrounded_numbers) > 0", "args.discount_pct > vars.max_discount_pct",
     'error != null && error != ""', 'viewer_id == "vip"', "message > 3", "args.pct == vars.cap", "missing == 1",
