@@ -33,8 +33,10 @@ from harness.spec.validate import cel_environment
 
 _FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
-# The transpiler logs every failed evaluation at ERROR; the trace records each one with its hook already.
+# The transpiler logs every failed evaluation at ERROR (the trace records each one with its hook already),
+# and the source of every program it makes at INFO.
 logging.getLogger("celpy.Transpiler").setLevel(logging.CRITICAL)
+logging.getLogger("celpy.CompiledRunner").setLevel(logging.WARNING)
 
 # Events whose hooks fail closed, with the refusal used when the hook's own action is not one.
 FAIL_CLOSED = {"input": ("block", "fallback"), "pre_tool": ("deny", "fallback")}
