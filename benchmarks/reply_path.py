@@ -5,7 +5,7 @@
 Migrates the database and seeds the demo workspace (`seed_demo`; a database you may write to), then posts
 replies through Django's test client (the whole stack but the ASGI server: middleware, key check, rate
 limit, routing, the turn with an instant scripted model, the trace write) and prints the SQL statements
-and Redis commands of one reply, then p50/p95 per request at growing request counts (the cost per
+and Redis commands of one reply, then wall and CPU p50/p95 per request at growing request counts (the cost per
 request should not grow with the count). To compare checkouts, run each one's copy from its own directory.
 """
 
@@ -28,6 +28,7 @@ STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-q
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, nargs="+", default=[50, 200])
+    parser.add_argument("--profile", type=int, default=100, help="replies to profile (CPU time by package); 0: none")
     args = parser.parse_args()
     if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
         raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
@@ -76,14 +77,54 @@ def main() -> None:
     print(f"one reply: {len(statements)} SQL statements ({', '.join(statements)}); "
           f"{len(commands)} Redis commands ({', '.join(commands)})")
     for count in args.requests:
-        times = []
+        times, cpu = [], []
         for i in range(count):
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             reply(i)
             times.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
         times.sort()
-        print(f"{count:>5} replies in process: p50 {times[len(times) // 2]:.1f} ms, "
-              f"p95 {times[int(len(times) * 0.95)]:.1f} ms", flush=True)
+        cpu.sort()
+        # CPU time of this process (the request's Python, not PostgreSQL's or Redis's): steadier than wall
+        # time on a loaded machine.
+        print(f"{count:>5} replies in process: wall p50 {times[len(times) // 2]:.1f} ms, "
+              f"p95 {times[int(len(times) * 0.95)]:.1f} ms; CPU p50 {cpu[len(cpu) // 2]:.2f} ms, "
+              f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
+
+    if args.profile:
+        profile_replies(reply, args.profile)
+
+
+def profile_replies(reply, count: int) -> None:
+    """Where a reply's CPU time goes: cProfile with process_time, self time grouped by package."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
+    for i in range(count):
+        reply(10_000 + i)
+    profiler.disable()
+    # The turn runs on async_to_sync's event-loop thread, which cProfile does not follow: the process's CPU
+    # time it takes lands on the lock the request thread waits on.
+    groups = {"the turn (async_to_sync's thread; lock wait)": "'acquire' of '_thread.lock",
+              "agent loop (harness/)": "/harness/", "serving/": "/serving/", "console/": "/console/",
+              "django (ORM, request, middleware)": "/django/", "ninja, pydantic": ("/ninja/", "/pydantic"),
+              "psycopg": "/psycopg", "redis client": "/redis/", "asgiref (async_to_sync)": "/asgiref/",
+              "asyncio, threading": ("/asyncio/", "threading.py", "concurrent/"),
+              "json, re, uuid, logging": ("/json/", "/re/", "uuid.py", "/logging/")}
+    shares = dict.fromkeys([*groups, "other"], 0.0)
+    stats = pstats.Stats(profiler).stats
+    for (file, _line, function), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        where = f"{file}:{function}"
+        label = next((label for label, needles in groups.items()
+                      if any(n in where for n in ((needles,) if isinstance(needles, str) else needles))), "other")
+        shares[label] += tottime
+    total = sum(shares.values())
+    print(f"where a reply's CPU time goes (cProfile self time, {count} replies, "
+          f"{sum(v[1] for v in stats.values()) / count:.0f} Python calls a reply):")
+    for label, spent in sorted(shares.items(), key=lambda kv: -kv[1]):
+        print(f"  {label:<46} {100 * spent / total:5.1f}%")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@
 
 1. Runtime overhead per turn: the demo harness with an instant scripted model (load_skill +
    get_product_info_by_link_id, then a reply): everything but the model — hooks, prompt assembly,
-   tool calls, trace — in µs (p50/p95).
+   tool calls, trace — in µs (p50/p95), as CPU time of this process (`time.process_time`, what to trust on
+   a loaded machine) and wall time; with the same input every turn and with a new viewer, message and
+   product each turn (so remembered CEL answers rarely apply); with no remembered answers at all; then how
+   it grows with tool calls per turn and with the room's catalogue, and where the CPU time goes (cProfile).
+   Compare checkouts in one run with `--root`: `--root ../old --skip-api --skip-model`, then this one.
 2. The API's added latency over the model call: a real ASGI server (Daphne, and uvicorn with uvloop and
    httptools when installed) on an embedded workspace (SQLite in a temp dir) with the scripted model,
    at concurrency 1 and 32 and two request counts: requests/s and p50/p99 of the HTTP latency (the
@@ -53,7 +57,18 @@ def reference_us() -> float:
     return pct(times, 50)
 
 
+def _turn_steps(products: list[dict], calls: int) -> list:
+    """Scripted model steps: load a skill and look up `calls` products in one model call, then a reply that
+    states the first one's price (grounded by its tool result, so no hook asks for a retry)."""
+    first = products[0]
+    lookups = [{"name": "get_product_info_by_link_id", "arguments": {"link_id": p["link_id"]}} for p in products[:calls]]
+    return [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}}, *lookups]},
+            f"The {first['name']} is ${first['price']} right now."]
+
+
 def bench_runtime(turns: int) -> None:
+    """Per-turn overhead in wall time (perf_counter) and CPU time of this process (process_time, which a loaded
+    machine disturbs far less), with the same input every turn and with varied ones, then how it grows."""
     import cProfile
     import pstats
 
@@ -62,47 +77,80 @@ def bench_runtime(turns: int) -> None:
     from serving.backends.scripted import ScriptedBackend, steps_from_json
 
     spec = parse_files(read_dir(ROOT / "harness/demo/avatar"))
-    room = RoomContext.from_dict(json.loads((ROOT / "harness/demo/room.json").read_text()))
-    turn = TurnInput(message="How much is L001 now?", viewer_id="v_anna88", room=room)
+    room_data = json.loads((ROOT / "harness/demo/room.json").read_text())
+    room = RoomContext.from_dict(room_data)
+    products = list(room_data["products"])
+    same = TurnInput(message="How much is L001 now?", viewer_id="v_anna88", room=room)
 
-    async def main(count):
-        overheads = []
+    async def main(count, *, varied=False, calls=1, turn_room=room):
+        """(wall µs, CPU µs) of the turn minus the scripted model's own time, per turn after 50 warm-up turns."""
+        wall, cpu = [], []
         for i in range(count + 50):
-            backend = ScriptedBackend(steps_from_json(STEPS), cycle=True)  # cycle: no call recording
-            started = time.perf_counter()
+            if varied:  # a new viewer, message and product each turn: remembered CEL answers rarely apply
+                k = i % len(products)
+                mine = products[k:] + products[:k]
+                turn = TurnInput(message=f"How much is {mine[0]['link_id']} now? ({i})", viewer_id=f"v{i}",
+                                 room=turn_room)
+                script = steps_from_json(_turn_steps(mine, calls))
+            else:
+                turn = same if turn_room is room else TurnInput(same.message, same.viewer_id, turn_room)
+                script = steps_from_json(STEPS if calls == 1 else _turn_steps(products, calls))
+            backend = ScriptedBackend(script, cycle=True)  # cycle: no call recording
+            started, started_cpu = time.perf_counter(), time.process_time()
             result = await run_turn(spec, turn, backend)
-            elapsed = (time.perf_counter() - started) * 1e6
-            assert result.outcome == "replied", result.trace["reason"]
+            elapsed, elapsed_cpu = (time.perf_counter() - started) * 1e6, (time.process_time() - started_cpu) * 1e6
+            assert result.outcome == "replied" and result.trace["model_calls"] == 2, result.trace["reason"]
             if i >= 50:  # warm-up: hook compilation, first imports
-                overheads.append(elapsed - result.trace["model_latency_ms"] * 1000)
-        return overheads
+                model_us = result.trace["model_latency_ms"] * 1000
+                wall.append(elapsed - model_us)
+                cpu.append(elapsed_cpu - model_us)
+        return wall, cpu
+
+    def line(label, measured):
+        wall, cpu = measured
+        return (f"{label}: CPU p50 {pct(cpu, 50):.0f} µs, p95 {pct(cpu, 95):.0f} µs; "
+                f"wall p50 {pct(wall, 50):.0f} µs ({pct(wall, 50) / reference:.1f}× reference), "
+                f"p95 {pct(wall, 95):.0f} µs")
 
     reference = reference_us()
-    overheads = asyncio.run(main(turns))
-    p50 = pct(overheads, 50)
-    print(f"reference workload (sum of len(str(i)) for 2,000 ints): p50 {reference:.0f} µs")
-    print(f"runtime overhead per turn (demo harness, 2 model calls, 2 tool calls, {turns} turns): "
-          f"p50 {p50:.0f} µs ({p50 / reference:.1f}× reference), p95 {pct(overheads, 95):.0f} µs, "
-          f"mean {statistics.mean(overheads):.0f} µs")
+    print(f"reference workload (sum of len(str(i)) for 2,000 ints): p50 {reference:.0f} µs wall")
+    print(line(f"runtime overhead per turn (demo harness, 2 model calls, 2 tool calls, {turns} turns, same input)",
+               asyncio.run(main(turns))))
+    print(line("  same, a new viewer, message and product every turn", asyncio.run(main(turns, varied=True))))
 
-    # The same turns with remembered CEL answers switched off: every condition runs cel-python's interpreter.
-    if not hasattr(hooks, "CEL_MEMO_SIZE"):  # an older checkout (`--root`): nothing remembered anyway
-        return
-    memo_size, hooks.CEL_MEMO_SIZE = hooks.CEL_MEMO_SIZE, 0
-    hooks.engine_for.cache_clear()
-    cold = asyncio.run(main(max(turns // 4, 100)))
-    hooks.CEL_MEMO_SIZE = memo_size
-    hooks.engine_for.cache_clear()
-    print(f"  same, every CEL condition evaluated (no remembered answers): p50 {pct(cold, 50):.0f} µs "
-          f"({pct(cold, 50) / reference:.1f}× reference)")
+    # The same turns with nothing remembered: every CEL condition runs (transpiled, compiled once per spec
+    # version) and every JSON Schema validates.
+    if hasattr(hooks, "CEL_MEMO_SIZE"):  # an older checkout (`--root`) may remember nothing anyway
+        from harness.runtime import loop
 
-    # Where the time goes: profiled turns, inclusive time of each part as a share of the turn.
-    profiler = cProfile.Profile()
+        saved = hooks.CEL_MEMO_SIZE, getattr(hooks, "SCHEMA_MEMO_SIZE", 0)
+        hooks.CEL_MEMO_SIZE = hooks.SCHEMA_MEMO_SIZE = 0
+        for cached in (hooks.engine_for, getattr(loop, "_argument_check", None)):
+            if cached is not None:
+                cached.cache_clear()
+        print(line("  same, nothing remembered (every CEL condition and JSON Schema evaluated)",
+                   asyncio.run(main(max(turns // 4, 100), varied=True))))
+        hooks.CEL_MEMO_SIZE, hooks.SCHEMA_MEMO_SIZE = saved
+        hooks.engine_for.cache_clear()
+
+    # How it grows with work: product lookups per turn, and the size of the room's catalogue (rendered into
+    # the prompt every turn). Varied input throughout.
+    count = max(turns // 4, 100)
+    for calls in (1, 4, 8):
+        print(line(f"  growth: {calls + 1} tool calls per turn", asyncio.run(main(count, varied=True, calls=calls))))
+    for size in (28, 280):
+        big = [{**p, "link_id": f"L{n:03d}"} for n, p in enumerate((products * 10)[:size], start=1)]
+        bigger = RoomContext.from_dict({**room_data, "products": big})
+        print(line(f"  growth: {size} products in the room", asyncio.run(main(count, varied=True, turn_room=bigger))))
+
+    # Where the time goes: profiled turns (CPU time, so other processes do not land in the profile),
+    # self time of each part as a share of the turn.
+    profiler = cProfile.Profile(time.process_time)
     profiler.enable()
-    asyncio.run(main(200))
+    asyncio.run(main(200, varied=True))
     profiler.disable()
     stats = pstats.Stats(profiler).stats
-    groups = {"hooks (hooks.py, cel-python, lark)": ("runtime/hooks.py", "celpy/", "lark/"),
+    groups = {"hooks (hooks.py, cel-python, lark)": ("runtime/hooks.py", "celpy/", "lark/", "<string>"),
               "prompt assembly (messages.py, prompt.py, template.py)": ("runtime/messages.py", "spec/prompt.py",
                                                                        "spec/template.py"),
               "agent loop (loop.py)": ("runtime/loop.py",),
@@ -121,7 +169,7 @@ def bench_runtime(turns: int) -> None:
         shares[label] += tottime
     total = sum(shares.values())
     calls = sum(v[1] for v in stats.values()) / 200
-    print(f"  where it goes (cProfile self time by component, 200 turns, {calls:.0f} Python calls a turn):")
+    print(f"  where it goes (cProfile CPU self time by component, 200 varied turns, {calls:.0f} Python calls a turn):")
     for label, spent in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"    {label:<56} {100 * spent / total:5.1f}%")
 

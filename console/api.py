@@ -36,9 +36,17 @@ def without_nul(value):
     return value
 
 
+def _may_carry_nul(body: bytes) -> bool:
+    """Whether a JSON body can decode to text with a NUL: only through the escape `\\u0000` (a raw control
+    character is invalid JSON), or as a zero byte (a UTF-16/32 body). Most bodies have neither, and then the
+    parsed payload is returned without walking every value."""
+    return b"\\u0000" in body or b"\x00" in body
+
+
 class ApiParser(Parser):
     def parse_body(self, request):
-        return without_nul(super().parse_body(request))
+        data = super().parse_body(request)
+        return without_nul(data) if _may_carry_nul(request.body) else data
 
     def parse_querydict(self, data, list_fields, request):
         return without_nul(super().parse_querydict(data, list_fields, request))

@@ -15,9 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
-
-from harness.runtime.hooks import HookOutcome, engine_for
+from harness.runtime.hooks import HookOutcome, SchemaCheck, engine_for
 from harness.runtime.messages import assemble_messages, strip_reasoning, ungrounded_numbers
 from harness.runtime.tools import ToolContext, ToolOutcome, ToolRegistry
 from harness.runtime.trace import TraceRecorder
@@ -184,10 +182,10 @@ class _Turn:
             tool = self.spec.tool(call.name)
         except KeyError:
             return _tool_error(step, f"unknown tool {call.name!r}; call one of the listed tools")
-        problem = next(iter(_argument_validator(self.spec, tool.name).iter_errors(args)), None)
+        problem = _argument_check(self.spec, tool.name).first_error(args)
         if problem is not None:
-            where = ".".join(str(p) for p in problem.absolute_path) or "arguments"
-            return _tool_error(step, f"invalid arguments: {where}: {problem.message}")
+            where, message = problem
+            return _tool_error(step, f"invalid arguments: {where or 'arguments'}: {message}")
 
         pre = self.hooks.run("pre_tool", {"tool": call.name, "args": args}, tool=call.name)
         self._record_hooks("pre_tool", pre, call_id=call.id)
@@ -232,9 +230,9 @@ class _Turn:
 
 
 @lru_cache(maxsize=1024)
-def _argument_validator(spec: HarnessSpec, tool: str) -> jsonschema.Draft202012Validator:
+def _argument_check(spec: HarnessSpec, tool: str) -> SchemaCheck:
     """A tool's argument validator, built once per spec version (specs hash by content)."""
-    return jsonschema.Draft202012Validator(spec.tool(tool).parameters)
+    return SchemaCheck(spec.tool(tool).parameters)
 
 
 def _tool_error(step: dict[str, Any], message: str, **extra: Any) -> str:

@@ -9,15 +9,16 @@ user message. Loaded skills and tool results are appended, never inserted.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from collections.abc import Collection
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
 from harness.runtime.turn import TurnInput
 from harness.spec import HarnessSpec
-from harness.spec.prompt import skills_catalogue, tools_catalogue
-from harness.spec.template import render_template
+from harness.spec.prompt import BLOCK_SEPARATOR, skills_catalogue, tools_catalogue
+from harness.spec.template import Slot, fill, split_template
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 
@@ -27,28 +28,37 @@ def strip_reasoning(text: str) -> str:
     return _THINK.sub("", text or "").strip()
 
 
-def room_values(turn: TurnInput, now: datetime | None = None) -> dict[str, str]:
-    """The runtime template variables (session and turn tiers) for this turn."""
-    room = turn.room
-    currency = room.currency or ""
-    catalogue = "\n".join(
+def _catalogue(turn: TurnInput, now: datetime | None) -> str:
+    currency = turn.room.currency or ""
+    return "\n".join(
         f"- {p.get('link_id')} · {p.get('name')} · {p.get('category', '')} · {currency}{p.get('price')}"
-        for p in room.products
+        for p in turn.room.products
     ) or "(no products listed)"
-    faq = "\n".join(f"Q: {e.get('q')}\nA: {e.get('a')}" for e in room.faq) or "(no FAQ)"
-    facts = "\n".join(f"- {fact}" for fact in room.facts) or "(none)"
+
+
+def _on_screen(turn: TurnInput, now: datetime | None) -> str:
+    room = turn.room
     on_screen = room.product(room.on_screen) if room.on_screen else None
-    dialogue = "\n".join(f"{who}: {text}" for who, text in turn.recent_dialogue) or "(none)"
-    return {
-        "room_title": room.title or room.room_id,
-        "room_catalogue": catalogue,
-        "room_faq": faq,
-        "room_facts": facts,
-        "product_on_screen": f"{on_screen['link_id']} · {on_screen.get('name')}" if on_screen else "(none)",
-        "viewer_id": turn.viewer_id,
-        "recent_dialogue": dialogue,
-        "now": (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC"),
-    }
+    return f"{on_screen['link_id']} · {on_screen.get('name')}" if on_screen else "(none)"
+
+
+# The runtime template variables (session and turn tiers), each computed only when a prompt uses it.
+_RUNTIME_VALUES = {
+    "room_title": lambda turn, now: turn.room.title or turn.room.room_id,
+    "room_catalogue": _catalogue,
+    "room_faq": lambda turn, now: "\n".join(f"Q: {e.get('q')}\nA: {e.get('a')}" for e in turn.room.faq) or "(no FAQ)",
+    "room_facts": lambda turn, now: "\n".join(f"- {fact}" for fact in turn.room.facts) or "(none)",
+    "product_on_screen": _on_screen,
+    "viewer_id": lambda turn, now: turn.viewer_id,
+    "recent_dialogue": lambda turn, now: "\n".join(f"{who}: {text}" for who, text in turn.recent_dialogue) or "(none)",
+    "now": lambda turn, now: (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC"),
+}
+
+
+def room_values(turn: TurnInput, now: datetime | None = None, names: Collection[str] | None = None
+                ) -> dict[str, str]:
+    """The runtime template variables (session and turn tiers) for this turn: all, or those in `names`."""
+    return {name: value(turn, now) for name, value in _RUNTIME_VALUES.items() if names is None or name in names}
 
 
 @lru_cache(maxsize=128)
@@ -62,12 +72,42 @@ def _spec_values(spec: HarnessSpec) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class _Prompt:
+    system: tuple[str, ...]  # template parts (see split_template), blocks joined
+    user: tuple[str, ...]  # the turn blocks', ending with the separator before the viewer line (none: empty)
+    names: frozenset[str]  # the runtime values they use
+
+
+@lru_cache(maxsize=128)
+def _prompt(spec: HarnessSpec) -> _Prompt:
+    """The spec's blocks with its own values filled in once per version; a turn fills in the runtime ones."""
+    fixed = _spec_values(spec)
+    system = [split_template(b.template, fixed, _RUNTIME_VALUES) for b in spec.prompt if b.cache_tier != "turn"]
+    user = [split_template(b.template, fixed, _RUNTIME_VALUES) for b in spec.prompt if b.cache_tier == "turn"]
+    user_parts = _joined([*user, ()]) if user else ()  # an empty last block: the separator before the viewer line
+    system_parts = _joined(system)
+    names = frozenset(part for part in (*system_parts, *user_parts) if isinstance(part, Slot))
+    return _Prompt(system_parts, user_parts, names)
+
+
+def _joined(blocks: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The parts of `BLOCK_SEPARATOR.join(blocks)`, adjacent text merged."""
+    parts: list[str] = []
+    for index, block in enumerate(blocks):
+        for part in (BLOCK_SEPARATOR, *block) if index else block:
+            if parts and not isinstance(part, Slot) and not isinstance(parts[-1], Slot):
+                parts[-1] += part
+            else:
+                parts.append(part)
+    return tuple(parts)
+
+
 def assemble_messages(spec: HarnessSpec, turn: TurnInput, now: datetime | None = None) -> list[dict[str, Any]]:
-    values = {**room_values(turn, now), **_spec_values(spec)}
-    system = [render_template(b.template, values) for b in spec.prompt if b.cache_tier != "turn"]
-    dynamic = [render_template(b.template, values) for b in spec.prompt if b.cache_tier == "turn"]
-    user = "\n\n".join([*dynamic, f"[viewer {turn.viewer_id}] {turn.message}"])
-    return [{"role": "system", "content": "\n\n".join(system)}, {"role": "user", "content": user}]
+    prompt = _prompt(spec)
+    values = room_values(turn, now, prompt.names)
+    user = f"{fill(prompt.user, values)}[viewer {turn.viewer_id}] {turn.message}"
+    return [{"role": "system", "content": fill(prompt.system, values)}, {"role": "user", "content": user}]
 
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")

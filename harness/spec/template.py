@@ -7,7 +7,7 @@ names, which validation can check against what exists at each cache tier.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 _TAG = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,3 +45,40 @@ def format_value(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+class Slot(str):
+    """A name left for `fill` in a template `split_template` returned."""
+
+
+def split_template(template: str, values: Mapping[str, object], later: Collection[str]) -> tuple[str, ...]:
+    """`template` with the `values` it uses filled in now and the `later` names left as `Slot`s, so
+    `fill` renders it for many sets of runtime values at the cost of a join. A name in `values` wins over
+    the same name in `later`, as in `render_template({**later_values, **values})`; a name in neither
+    raises KeyError now."""
+    parts: list[str] = []
+    for index, piece in enumerate(_TAG.split(template)):
+        if index % 2 == 0:
+            parts.append(piece)
+            continue
+        name = piece.strip()
+        if not _NAME.fullmatch(name):
+            parts.append("{{" + piece + "}}")
+        elif name in values:
+            parts.append(format_value(values[name]))
+        elif name in later:
+            parts.append(Slot(name))
+        else:
+            raise KeyError(f"template uses {{{{ {name} }}}} but no value was given for it")
+    merged: list[str] = []  # adjacent literals joined: one part per slot and per text between slots
+    for part in parts:
+        if merged and not isinstance(part, Slot) and not isinstance(merged[-1], Slot):
+            merged[-1] += part
+        elif part or isinstance(part, Slot):
+            merged.append(part)
+    return tuple(merged)
+
+
+def fill(parts: tuple[str, ...], values: Mapping[str, object]) -> str:
+    """Render the parts of `split_template` with the runtime `values` of its slots."""
+    return "".join(format_value(values[part]) if isinstance(part, Slot) else part for part in parts)

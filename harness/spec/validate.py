@@ -105,15 +105,21 @@ def name_problem(name: object, *, allow_underscore: bool = False) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _cel_environment() -> celpy.Environment:
-    return celpy.Environment()
+def cel_environment() -> celpy.Environment:
+    """The one CEL environment that parses conditions, here and in the hook engine.
+
+    cel-python keeps one parser per process, whose tree class is that of the first environment made; the
+    hook engine's transpiler needs its own tree class (a subclass, which the interpreter reads too), so every
+    environment that parses is made with it.
+    """
+    return celpy.Environment(runner_class=celpy.CompiledRunner)
 
 
 @lru_cache(maxsize=4096)
 def cel_syntax_error(expr: str) -> str | None:
     """Why `expr` does not compile as CEL, or None. Compiling is slow, so each text compiles once."""
     try:
-        _cel_environment().compile(expr)
+        cel_environment().compile(expr)
     except CELParseError as error:
         return f"CEL syntax error at line {error.line}, column {error.column}"
     except RecursionError:

@@ -530,6 +530,102 @@ def test_remembered_cel_answers_tell_types_apart_and_errors_are_never_remembered
     assert len(engine.by_event["pre_tool"][0].memo) == 2  # 1 and 2; the error was evaluated twice, not stored
 
 
+def test_remembered_schema_answers_tell_types_apart():
+    """Tool arguments and json_schema conditions remember their answers per input; True == 1 in Python (same
+    hash) but is no JSON Schema integer, so it must not reuse the answer remembered for 1."""
+    from harness.runtime.hooks import SchemaCheck
+
+    check = SchemaCheck({"type": "object", "properties": {"n": {"type": "integer", "maximum": 5}}})
+    for _ in range(2):  # the second round answers from memory, and must answer the same
+        assert check.first_error({"n": 1}) is None and check.first_error({"n": 1.0}) is None
+        assert check.first_error({"n": True}) == ("n", "True is not of type 'integer'")
+        assert check.first_error({"n": 6}) == ("n", "6 is greater than the maximum of 5")
+        assert check.first_error({"n": [0] * 300}) is not None  # too big to remember: validated each time
+    assert len(check.memo) == 4
+
+
+CEL_CASES = [
+    "size(loaded_reply_skills) == 0", "size(ungrounded_numbers) > 0", "args.discount_pct > vars.max_discount_pct",
+    'error != null && error != ""', 'viewer_id == "vip"', "message > 3", "args.pct == vars.cap", "missing == 1",
+    "args.nope > 1 || true", "false && args.nope > 1", "message.contains('price')", "message.matches('^h')",
+    "result.price > 50.0", "result.price > 50", "!(retries >= 1)", "args.discount_pct / 0 > 1",
+    "loaded_skills.exists(s, s == 'product-qa')", "tools_called.all(t, t != 'issue_coupon')", "has(args.link_id)",
+    "args['link_id'] == 'L001'", "int(args.discount_pct) > 5", "message.startsWith('h') ? true : false",
+    'tool == "issue_coupon" && "issue_coupon" in ["issue_coupon"]',
+]
+CEL_CONTEXTS = [
+    {"loaded_reply_skills": [], "ungrounded_numbers": ["3"], "args": {"discount_pct": 30, "link_id": "L001", "pct": 1},
+     "vars": {"max_discount_pct": 15, "cap": 1.0}, "error": None, "viewer_id": "vip", "message": "hello price",
+     "tool": "issue_coupon", "tools_called": ["a"], "loaded_skills": ["product-qa"], "result": {"price": 71.2},
+     "retries": 1},
+    {"loaded_reply_skills": ["p"], "ungrounded_numbers": [], "args": {"discount_pct": 10.0, "link_id": "L002"},
+     "vars": {"max_discount_pct": 15, "cap": 1}, "error": "boom", "viewer_id": "v", "message": "", "tool": "t",
+     "tools_called": [], "loaded_skills": [], "result": None, "retries": 0},
+    {"args": {}, "error": "", "vars": {}, "message": "h", "result": {"price": 80}, "retries": 0},
+]
+
+
+def test_transpiled_cel_answers_exactly_as_the_interpreter():
+    """Conditions run transpiled to Python; on every case they decide as cel-python's interpreter does, and
+    fail where it fails (an error fails closed or is skipped, see hooks.py; its wording may differ)."""
+    import celpy
+
+    from harness.runtime.hooks import _cel_program, _Transpiled
+    from harness.spec.validate import cel_environment
+
+    interpreter = celpy.Environment(runner_class=celpy.InterpretedRunner)
+
+    def outcome(program, context):
+        try:
+            return "value", bool(program.evaluate({k: celpy.json_to_cel(v) for k, v in context.items()}))
+        except celpy.CELEvalError:
+            return "error", None
+
+    for expr in CEL_CASES:
+        fast, _ = _cel_program(expr)
+        assert isinstance(fast, _Transpiled), expr
+        slow = interpreter.program(cel_environment().compile(expr))
+        for context in CEL_CONTEXTS:
+            assert outcome(fast, context) == outcome(slow, context), (expr, context)
+
+
+def test_transpiled_cel_is_safe_across_threads():
+    """cel-python's transpiled code passes values through module globals: evaluations in many threads at
+    once must each see their own (without the engine's lock this run gives wrong answers and errors)."""
+    import sys
+    import threading
+
+    import celpy
+
+    from harness.runtime.hooks import _cel_program
+
+    program, _ = _cel_program("args.pct == vars.cap")
+    wrong, barrier = [], threading.Barrier(8)
+
+    def evaluate(pct):
+        barrier.wait()
+        for _ in range(2500):
+            try:
+                answer = program.evaluate({"args": celpy.json_to_cel({"pct": pct}),
+                                           "vars": celpy.json_to_cel({"cap": 3})})
+            except celpy.CELEvalError as error:
+                answer = error
+            if isinstance(answer, Exception) or bool(answer) != (pct == 3):
+                wrong.append((pct, answer))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=evaluate, args=(pct,)) for pct in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+
+
 def test_shared_tool_definitions_are_built_once_and_copies_stay_independent():
     from harness.spec.prompt import openai_tools, shared_openai_tools
 

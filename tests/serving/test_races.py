@@ -1,12 +1,23 @@
 """Experiment starts under real concurrent transactions on PostgreSQL."""
 
+import random
+import uuid
+from datetime import UTC, datetime
+
 import pytest
 
 from console.access import Actor
 from console.models import AuditEvent
 from harness import services as harness_services
-from serving.experiments.services import ExperimentError, experiment_create, experiment_start, experiment_stop
-from serving.models import Experiment
+from serving.experiments.services import (
+    ExperimentError,
+    assign_viewer,
+    events_ingest,
+    experiment_create,
+    experiment_start,
+    experiment_stop,
+)
+from serving.models import Experiment, Exposure, Rollup
 from tests.concurrency import concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,36 +60,45 @@ def test_two_experiments_of_one_harness_never_run_together(workspace, labelled):
         experiment_stop(actor=SYSTEM, experiment=running[0], reason="next round")
 
 
+def ingest_at_once(workspace, harness, key, viewers, make_batches):
+    """Start experiment `key` with `viewers` assigned, then ingest the batches `make_batches(view)` builds
+    (`view(viewer)`: a new page view of that viewer) all at once, each in its own thread and transaction.
+    Every batch must go in; returns the experiment and each batch's result, in order."""
+    experiment = draft(workspace, harness, key)
+    experiment_start(actor=SYSTEM, experiment=experiment)
+    for viewer in viewers:
+        assign_viewer(experiment, viewer)
+    now = datetime.now(UTC).isoformat()
+
+    def view(viewer):
+        return {"event_id": uuid.uuid4().hex, "type": "item_page_view", "viewer_id": viewer, "room_id": "demo-room",
+                "item_id": "L001", "ts": now}
+
+    ingester = Actor.system("platform")
+    results = concurrently(*(lambda b=b: events_ingest(actor=ingester, workspace=workspace, events=b)
+                             for b in make_batches(view)))
+    assert all(kind == "ok" for kind, _ in results), results
+    return experiment, [result for _, result in results]
+
+
 def test_concurrent_overlapping_batches_count_each_view_once_without_deadlock(workspace, labelled):
     """Four batches at once, each touching every viewer (in a different order) and repeating one another's
     event ids: the set-based insert and the ordered locks of the rollup fold neither deadlock nor
     double-count."""
-    import random
-    import uuid
-    from datetime import UTC, datetime
-
-    from serving.experiments.services import assign_viewer, events_ingest
-    from serving.models import Exposure, Rollup
-
-    experiment = draft(workspace, labelled, "ingest-race")
-    experiment_start(actor=SYSTEM, experiment=experiment)
     viewers = [f"v{i:03d}" for i in range(60)]
-    for viewer in viewers:
-        assign_viewer(experiment, viewer)
-    now = datetime.now(UTC).isoformat()
-    events = [{"event_id": uuid.uuid4().hex, "type": "item_page_view", "viewer_id": viewer, "room_id": "demo-room",
-               "item_id": "L001", "ts": now} for viewer in viewers for _ in range(3)]
-    batches = []
-    for seed in range(4):
-        batch = events[:]
-        random.Random(seed).shuffle(batch)
-        batches.append(batch[:150])  # overlapping subsets: many ids arrive in two or more batches at once
-    ingester = Actor.system("platform")
-    results = concurrently(*(lambda b=b: events_ingest(actor=ingester, workspace=workspace, events=b)
-                             for b in batches))
-    assert all(kind == "ok" for kind, _ in results), results
+    events, batches = [], []
+
+    def overlapping(view):
+        events.extend(view(viewer) for viewer in viewers for _ in range(3))
+        for seed in range(4):
+            batch = events[:]
+            random.Random(seed).shuffle(batch)
+            batches.append(batch[:150])  # overlapping subsets: many ids arrive in two or more batches at once
+        return batches
+
+    experiment, results = ingest_at_once(workspace, labelled, "ingest-race", viewers, overlapping)
     stored = {e["event_id"] for b in batches for e in b}
-    assert sum(r.accepted for _, r in results) == len(stored)  # each id accepted by exactly one batch
+    assert sum(r.accepted for r in results) == len(stored)  # each id accepted by exactly one batch
     per_viewer = {v: sum(1 for e in events if e["event_id"] in stored and e["viewer_id"] == v) for v in viewers}
     exposures = {x.viewer_id: x.ipv for x in Exposure.objects.filter(experiment=experiment)}
     assert exposures == per_viewer
@@ -90,30 +110,18 @@ def test_concurrent_overlapping_batches_count_each_view_once_without_deadlock(wo
 def test_concurrent_batches_of_the_same_viewers_fold_without_deadlock(workspace, labelled):
     """Distinct ids (each batch goes in by COPY) over the same viewers in different orders: the folds lock
     the viewers' exposures and the rollups in one order, so they queue instead of deadlocking."""
-    import random
-    import uuid
-    from datetime import UTC, datetime
-
-    from serving.experiments.services import assign_viewer, events_ingest
-    from serving.models import Exposure, Rollup
-
-    experiment = draft(workspace, labelled, "fold-race")
-    experiment_start(actor=SYSTEM, experiment=experiment)
     viewers = [f"w{i:03d}" for i in range(80)]
-    for viewer in viewers:
-        assign_viewer(experiment, viewer)
-    now = datetime.now(UTC).isoformat()
-    batches = []
-    for seed in range(4):
-        order = viewers[:]
-        random.Random(seed).shuffle(order)
-        batches.append([{"event_id": uuid.uuid4().hex, "type": "item_page_view", "viewer_id": viewer,
-                         "room_id": "demo-room", "item_id": "L001", "ts": now} for viewer in order * (seed + 1)])
-    ingester = Actor.system("platform")
-    results = concurrently(*(lambda b=b: events_ingest(actor=ingester, workspace=workspace, events=b)
-                             for b in batches))
-    assert all(kind == "ok" for kind, _ in results), results
-    assert [r.accepted for _, r in results] == [80, 160, 240, 320]
+
+    def shuffled_repeats(view):
+        batches = []
+        for seed in range(4):
+            order = viewers[:]
+            random.Random(seed).shuffle(order)
+            batches.append([view(viewer) for viewer in order * (seed + 1)])
+        return batches
+
+    experiment, results = ingest_at_once(workspace, labelled, "fold-race", viewers, shuffled_repeats)
+    assert [r.accepted for r in results] == [80, 160, 240, 320]
     assert set(Exposure.objects.filter(experiment=experiment).values_list("ipv", flat=True)) == {10}
     rollups = Rollup.objects.filter(experiment=experiment)
     assert sum(r.sum_y for r in rollups) == 800 and sum(r.sum_y2 for r in rollups) == 80 * 100

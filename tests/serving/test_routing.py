@@ -47,6 +47,31 @@ def test_label_resolution_is_remembered_until_the_label_moves(two_versions):
     assert select_version(harness=harness, viewer_id="v", room_id="r", label="production").version.number == 2
 
 
+def test_the_next_reply_answers_with_the_moved_label(client, workspace, two_versions, settings):
+    """Through the API end to end: a reply remembers production → v1; moving the label (the API's label
+    route, which calls label_move) makes the very next reply answer with v2."""
+    harness, second = two_versions
+    settings.MODEL_BACKEND = "scripted"
+    settings.SCRIPTED_STEPS = ["Happy to help!"]
+    room_upsert(workspace=workspace, context=ROOM, harness=harness)
+    token = api_key_create(actor=SYSTEM, workspace=workspace, name="platform",
+                           scopes=["read", "write", "approve"])[1]
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+    def reply_version():
+        response = client.post("/api/v1/rooms/demo-room/reply", json.dumps({"message": "hi", "viewer_id": "v1"}),
+                               content_type="application/json", **auth)
+        assert response.status_code == 200, response.content
+        return response.json()["harness_version"]
+
+    assert [reply_version(), reply_version()] == [1, 1]  # the second from the remembered resolution
+    moved = client.put(f"/api/v1/harnesses/{harness.name}/labels/production",
+                       json.dumps({"version": second.number, "reason": "ship v2", "override": True}),
+                       content_type="application/json", **auth)
+    assert moved.status_code == 200, moved.content
+    assert reply_version() == 2
+
+
 def test_a_move_made_by_another_process_is_seen(two_versions):
     """Another process's move reaches this one through the shared token: simulated by moving the row
     behind this process's back and replacing the token as that process's label_move would."""
