@@ -97,7 +97,7 @@ def patient(page):
     page.set_default_timeout(SLOW)
     expect.set_options(timeout=SLOW)
     yield page
-    expect.set_options(timeout=5_000)
+    expect.set_options(timeout=None)  # back to the default
 
 
 def test_training_and_evolution_pages_by_clicking(live_server, patient, workspace, members, harness):
