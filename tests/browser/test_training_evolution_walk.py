@@ -13,9 +13,8 @@ from console.access import Actor
 from evaluation.evolution import services as evolution_services
 from evaluation.evolution.models import Diagnosis
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
-from tests.browser.test_screens_stay_true import PYTHON_REPR, VISIBLE_TEXT
+from tests.browser.test_screens_stay_true import PYTHON_REPR, VISIBLE_TEXT, log_in
 from tests.evaluation.evolution_builders import denied_link, passing, skill_missing
-from tests.live_servers import log_in
 from training import services as training_services
 from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
 
@@ -104,7 +103,7 @@ def test_training_and_evolution_pages_by_clicking(live_server, patient, workspac
     page = patient
     done, failed, matrix = training_rows(workspace, harness)
     run, diagnosis = diagnosed_run(workspace, harness)
-    log_in(page, live_server.url, members["operator"])
+    log_in(page, live_server.url, "operator")  # this server hashes like the test process
 
     # Training: from the navigation to the job list, a finished job's curves, a failed job's reason.
     page.click("nav >> text=Training")
