@@ -50,9 +50,14 @@ ERRORED = "errored"
 def errored_outcome(exc: BaseException) -> CaseOutcome:
     """A case whose evaluation raised (a judge bug, a malformed case): recorded as a failed case with the
     error, so one bad case neither fails the whole run nor counts as a success."""
-    error = f"{type(exc).__name__}: {exc}"[:2000]
+    error = f"{type(exc).__name__}: {exc}"[:2000]  # kept in the trace (and the worker's log) for whoever debugs it
     return CaseOutcome(accuracy=0.0, effectiveness=0.0, judge_version=ERRORED, outcome=ERRORED, latency_ms=0.0,
-                       reply="", trace={"error": error}, reasons=(f"evaluation error: {error}",))
+                       reply="", trace={"error": error}, reasons=(ERRORED_REASON,))
+
+
+# What the run page says of an errored case: Python's exception text means nothing to an operator.
+ERRORED_REASON = ("This case could not be evaluated: an unexpected error stopped it, so it counts as failed "
+                  "(the worker's log has the details).")
 
 
 def case_seed(case_id: str) -> int:

@@ -37,11 +37,12 @@ def version_spec(version: HarnessVersion) -> HarnessSpec:
     return spec
 
 
-def binding_targets() -> dict[str, frozenset[str]]:
-    """What a tool may bind to in this installation, by binding kind: the registered builtins, the builtins
-    a caller supplies per run (the evolution proposer's read tools) and the simulator's sandbox tools.
-    (HTTP targets are any allowed URL, so they are checked for form only.)"""
-    supplied = run_supplied_targets()
+def binding_targets(harness: str) -> dict[str, frozenset[str]]:
+    """What a tool of the harness named `harness` may bind to in this installation, by binding kind: the
+    registered builtins, the simulator's sandbox tools and, for a harness that a caller runs with targets
+    of its own (the evolution proposer's read tools), those targets. (HTTP targets are any allowed URL, so
+    they are checked for form only.)"""
+    supplied = run_supplied_targets(harness)
     return {"builtin": frozenset(builtin_names()) | supplied.get("builtin", frozenset()),
             "sandbox": frozenset(SANDBOX_TARGETS.values()) | supplied.get("sandbox", frozenset())}
 

@@ -67,7 +67,8 @@ def version_commit(
     """
     require(actor, harness.workspace, WRITE)
     message = _clean_message(message)
-    spec = parse_files(files, bindings=binding_targets())  # every way in (editor, API, zip, CLI) checks bindings
+    # Every way in (editor, API, zip, CLI) checks bindings, as this harness will find them when it runs.
+    spec = parse_files(files, bindings=binding_targets(harness.name))
     canonical, digest = to_files(spec), content_hash(spec)
     with transaction.atomic():
         locked = Harness.objects.select_for_update().get(pk=harness.pk)
@@ -100,7 +101,7 @@ def harness_create(
     """Create a harness with its first version (validated before anything is written)."""
     require(actor, workspace, WRITE)
     check_identifier(name, field="harness name")
-    spec = parse_files(files, bindings=binding_targets())
+    spec = parse_files(files, bindings=binding_targets(name))
     if Harness.objects.filter(workspace=workspace, name=name).exists():
         raise StoreError(f"A harness named “{name}” already exists in this workspace.")
     with transaction.atomic():
@@ -142,10 +143,10 @@ def draft_open(*, actor: Actor, harness: Harness, user) -> Draft:
     return draft
 
 
-def draft_check(files: dict[str, str]) -> list[SpecError]:
-    """Every error the files would have as a spec here (empty when valid), tool bindings included."""
+def draft_check(files: dict[str, str], *, harness: Harness) -> list[SpecError]:
+    """Every error the files would have as a version of `harness` (empty when valid), tool bindings included."""
     try:
-        parse_files(files, bindings=binding_targets())
+        parse_files(files, bindings=binding_targets(harness.name))
     except SpecInvalid as invalid:
         return list(invalid.errors)
     return []
@@ -153,7 +154,7 @@ def draft_check(files: dict[str, str]) -> list[SpecError]:
 
 def _draft_replace(*, actor: Actor, draft: Draft, files: dict[str, str]) -> list[SpecError]:
     require(actor, draft.harness.workspace, WRITE)
-    errors = draft_check(files)
+    errors = draft_check(files, harness=draft.harness)
     if not errors:
         draft.files = to_files(parse_files(files))
         draft.save(update_fields=["files", "updated_at"])

@@ -97,7 +97,7 @@ def _sft(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec],
     reporter.line(f"sft: {config.trajectories.teacher} teacher on {len(cases)} cases × {len(specs)} harness(es)")
     trajectories, report = generate_trajectories(cases, specs, config.trajectories)
     if not trajectories:
-        raise StageFailed(f"sft: the judge kept no trajectory ({report.to_dict()})")
+        raise StageFailed(f"sft: the judge kept no trajectory: {report.nothing_kept()}")
     write_jsonl(path, (t.to_row() for t in trajectories))
     summary = report.to_dict()
     reporter.line(f"sft: kept {summary['kept']} of {summary['turns']} turns "

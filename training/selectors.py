@@ -106,5 +106,6 @@ def matrix_cells(matrix: CheckpointMatrix, metric: str = "accuracy") -> dict:
             grid[-1]["cells"].append(cells[-1])
     return {"grid": grid, "rows": [f"checkpoint:{c.pk} ({c.stage})" for c in checkpoints_], "row_ids": [c.pk for c in checkpoints_],
             "columns": [str(v) for v in versions], "cells": cells, "metric": metric,
-            "pending": any(c["status"] in ("queued", "running") for c in cells),
+            "pending": sum(c["status"] in ("queued", "running") for c in cells),  # a count: the page polls while > 0
+            "finished": sum(c["value"] is not None for c in cells),
             "height": 90 + 48 * len(checkpoints_)}

@@ -368,6 +368,19 @@ def _claim(job_id: int, owner: str) -> str:
         return "claimed"
 
 
+def failure_sentence(exc: Exception) -> str:
+    """Why a job failed, for its page and log: training's own refusals say it in words; anything else is a
+    fault whose Python text (class, repr'd arguments) means nothing to an operator, so it is named in words
+    and left, with its traceback, to the worker's log."""
+    if type(exc).__module__.split(".")[0] == "training":  # StageFailed, ConfigError, LineageError, …
+        return str(exc)
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return "The worker ran out of memory: try fewer cases, a shorter max_length or a smaller batch."
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"A file the job needs is missing: {exc.filename}."
+    return "The training worker hit an unexpected error; the worker process's own log has the details."
+
+
 def job_execute(*, job_id: int) -> str:
     """Run (or resume) a job in this worker; returns its final status.
 
@@ -395,10 +408,10 @@ def job_execute(*, job_id: int) -> str:
             results = None
         except Exception as exc:
             log.exception("training job %s failed", job_id)
+            error = failure_sentence(exc)
             TrainingJob.objects.filter(pk=job_id, lease_owner=owner).update(
-                status=TrainingJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:4000],
-                finished_at=timezone.now(), eta_s=None)
-            reporter.line(f"failed: {type(exc).__name__}: {exc}")
+                status=TrainingJob.Status.FAILED, error=error[:4000], finished_at=timezone.now(), eta_s=None)
+            reporter.line(f"failed: {error}")
             job.refresh_from_db()
             publish_job_event(job_id, {"kind": "update", "job": job_state(job)})
             return TrainingJob.Status.FAILED

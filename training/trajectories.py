@@ -114,6 +114,15 @@ class TrajectoryReport:
                 "retried": self.retried, "full_retry_kept": self.full_retry_kept,
                 "top_rejection_reasons": dict(sorted(self.reasons.items(), key=lambda kv: -kv[1])[:8])}
 
+    def nothing_kept(self) -> str:
+        """Why no turn was kept, in words (a job's page shows it; a dict printed whole is not for people)."""
+        text = (f"0 of {self.turns} turns kept ({self.rejected} rejected by the judge, "
+                f"{self.not_called} answered by an input hook without the model)")
+        reasons = sorted(self.reasons.items(), key=lambda item: (-item[1], item[0]))[:3]
+        if reasons:
+            text += "; most often: " + ", ".join(f"“{reason}” ({count})" for reason, count in reasons)
+        return text + "."
+
 
 # --- case sources ----------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from console.pagination import page_from_query
 from console.views.scoping import workspace_view
 from evaluation import selectors
 from evaluation import services as evaluation_services
+from evaluation.evolution import selectors as evolution_selectors
 from evaluation.execution import SUITES
 from evaluation.models import EvalResult
 from evaluation.services import (
@@ -180,6 +181,7 @@ def eval_run_detail(request, run_id: int):
     peers = selectors.runs(request.workspace).filter(status="done", set_version=run.set_version).exclude(pk=run.pk)
     return render(request, "evaluation/run.html", {"run": run, "page": paged.page, "page_error": paged.error,
                                                    "failing": failing, "peers": peers[:50],
+                                                   "diagnoses": evolution_selectors.diagnoses_of_run(run)[:20],
                                                    "progress": selectors.run_progress(run.pk),
                                                    "latency": selectors.run_latency_distribution(run),
                                                    "replay": selectors.run_replay(run) if run.status == "done" else None},

@@ -6,6 +6,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -59,17 +60,23 @@ def live_diagnosis_request(request, name: str):
             start=_window_time(request.POST.get("start", ""), "start"),
             end=_window_time(request.POST.get("end", ""), "end"))
     except services.EvolutionError as exc:
-        messages.error(request, str(exc))
-        return redirect("evolution_history", ws=request.workspace.slug, name=harness.name)
+        form = {"version": request.POST.get("version", ""), "start": request.POST.get("start", ""),
+                "end": request.POST.get("end", "")}
+        return _history(request, harness, live_form=form, live_error=f"Not diagnosed: {exc}", status=422)
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
 
 
-def _diagnosis_context(diagnosis) -> dict:
-    return {"diagnosis": diagnosis, "review": selectors.review(diagnosis) if diagnosis.status == "done" else [],
-            "round": selectors.round_of(diagnosis),
+def _round_context(diagnosis) -> dict:
+    """What the candidate card shows: the round, or how many edits are accepted so far."""
+    return {"diagnosis": diagnosis, "round": selectors.round_of(diagnosis),
             "eval_sets": selectors.gate_sets(diagnosis) if diagnosis.is_live else [],
-            "invalid": diagnosis.proposals.filter(valid=False).select_related("cluster"),
             "accepted": diagnosis.proposals.filter(status="accepted").count()}
+
+
+def _diagnosis_context(diagnosis) -> dict:
+    return {**_round_context(diagnosis),
+            "review": selectors.review(diagnosis) if diagnosis.status == "done" else [],
+            "invalid": diagnosis.proposals.filter(valid=False).select_related("cluster")}
 
 
 @workspace_view()
@@ -116,8 +123,12 @@ def proposal_action(request, proposal_id: int, action: str):
             messages.error(request, error)
         return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
     proposal.refresh_from_db()
-    return render(request, "evolution/diagnosis.html#proposal",
-                  {"proposal": proposal, "error": error, "round": selectors.round_of(diagnosis)}, status=status)
+    context = {**_round_context(diagnosis), "proposal": proposal, "error": error}
+    response = render(request, "evolution/diagnosis.html#proposal", context, status=status)
+    # The candidate card counts the accepted edits (and offers to make the candidate): swapped out-of-band.
+    response.content += render_to_string("evolution/diagnosis.html#round", {**context, "oob": True},
+                                         request=request).encode()
+    return response
 
 
 @require_POST
@@ -154,17 +165,23 @@ def round_evaluate(request, round_id: int):
 
 @workspace_view()
 def evolution_history(request, name: str):
-    """Versions with Acc/Eff per round (chart), the attribution ledger with reverts, clusters over time."""
-    harness = harness_selectors.harness_get(request.workspace, name)
+    return _history(request, harness_selectors.harness_get(request.workspace, name))
+
+
+def _history(request, harness, *, live_form: dict | None = None, live_error: str = "", status: int = 200):
+    """Versions with Acc/Eff per round (chart), the attribution ledger with reverts, clusters over time; a
+    refused live-diagnosis form comes back as it was filled in, with the reason."""
     history = selectors.history(harness)
     now = datetime.now(UTC)
+    versions = harness_selectors.version_list(harness).order_by("-number")[:50]
+    live_form = live_form or {"version": str(harness.head.number) if harness.head else "",
+                              "start": (now - selectors.DEFAULT_LIVE_WINDOW).strftime(WINDOW_FORMAT),
+                              "end": (now + timedelta(minutes=1)).strftime(WINDOW_FORMAT)}
     return render(request, "evolution/history.html", {
         "harness": harness, **history, "clusters_chart": selectors.cluster_chart(harness),
-        "versions": harness_selectors.version_list(harness).order_by("-number")[:50],
-        "live": selectors.live_window_counts(harness, now),
-        "window": {"start": (now - selectors.DEFAULT_LIVE_WINDOW).strftime(WINDOW_FORMAT),
-                   "end": (now + timedelta(minutes=1)).strftime(WINDOW_FORMAT)},
+        "versions": [{"number": v.number, "selected": str(v.number) == live_form["version"]} for v in versions],
+        "live": selectors.live_window_counts(harness, now), "window": live_form, "live_error": live_error,
         "diagnoses": selectors.diagnoses(request.workspace).filter(harness=harness)[:50],
         "chart": {"labels": [p["label"] for p in history["points"]],
                   "accuracy": [p["accuracy"] for p in history["points"]],
-                  "effectiveness": [p["effectiveness"] for p in history["points"]]}})
+                  "effectiveness": [p["effectiveness"] for p in history["points"]]}}, status=status)

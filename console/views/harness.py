@@ -211,7 +211,7 @@ def _editor_context(request, harness, draft, path: str, text: str | None = None,
         "text": text,
         "saved_text": saved,
         "language": _editor_language(path),
-        "builtin_targets": sorted(selectors.binding_targets()["builtin"]),
+        "builtin_targets": sorted(selectors.binding_targets(harness.name)["builtin"]),
         **_validation(path, text, errors or []),
         "changed_paths": sorted(
             p for p in set(draft.files) | set(draft.base_version.files)
@@ -244,7 +244,7 @@ def harness_edit_check(request, name: str):
     harness = selectors.harness_get(request.workspace, name)
     draft = services.draft_open(actor=request.actor, harness=harness, user=request.user)
     path, text = request.POST.get("path", ""), request.POST.get("text", "")
-    errors = services.draft_check({**draft.files, path: text})
+    errors = services.draft_check({**draft.files, path: text}, harness=harness)
     return render(request, "harness/editor.html#errors", {"path": path, **_validation(path, text, errors)})
 
 

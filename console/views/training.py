@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import APPROVE, WRITE
+from console.form_values import FormValueError, whole_number
 from console.views.scoping import workspace_view
 from evaluation import selectors as eval_selectors
 from evaluation.services import EvalError
@@ -52,18 +53,47 @@ def _set_options(workspace, chosen=()) -> list[dict]:
     return options
 
 
-def _home(request, *, form=None, error: TrainingError | None = None, status: int = 200):
+# How the forms name their fields in a sentence; service messages start with the request's field name.
+FIELD_LABELS = {
+    "name": "Name", "base_model": "Base model", "harness_versions": "Harness versions",
+    "excluded_sets": "Excluded eval sets", "imported_jsonl": "Imported cases", "simulator": "Simulator cases",
+    "simulator.size": "Simulator cases", "config": "Config", "harnesses": "Config", "base_checkpoint": "Base checkpoint",
+    "checkpoints": "Checkpoints", "set": "Eval set",
+}
+
+
+def form_sentence(exc: Exception) -> str:
+    """The refusal as a sentence: a leading `field_name: ` becomes the field's label."""
+    message = str(exc)
+    field = getattr(exc, "field", "")
+    if field in FIELD_LABELS and message.startswith(f"{field}: "):
+        message = f"{FIELD_LABELS[field]}: {message[len(field) + 2:]}"
+    return message
+
+
+def _home(request, *, job_form: dict | None = None, job_error: str = "", matrix_form: dict | None = None,
+          matrix_error: str = "", status: int = 200):
+    """The page; a refused form comes back as it was typed (both forms, the other one fresh) with its error."""
     workspace = request.workspace
     jobs = list(selectors.jobs(workspace)[:100])
     if request.htmx and request.method == "GET":  # the job table refreshing itself while jobs run
         return render(request, "training/home.html#jobs", {"jobs": jobs, "any_active": any(j.active for j in jobs)})
+    job_form = job_form or {"seed": "0", "size": "24", "config": json.dumps(DEFAULT_CONFIG, indent=2)}
+    checkpoints = list(selectors.checkpoints(workspace)[:100])
+    chosen = set((matrix_form or {}).get("checkpoints", ()))
+    matrix_sets = _set_options(workspace, [matrix_form["set"]] if matrix_form else ())
+    if matrix_form:  # what the operator picked, not the default
+        for option in matrix_sets:
+            option["default"] = option["selected"]
     context = {
-        "jobs": jobs, "any_active": any(j.active for j in jobs), "checkpoints": selectors.checkpoints(workspace)[:100],
+        "jobs": jobs, "any_active": any(j.active for j in jobs), "checkpoints": checkpoints,
         "matrices": selectors.matrices(workspace)[:20],
-        "versions": _version_options(workspace, (form or {}).get("versions", ())),
-        "sets": _set_options(workspace, (form or {}).get("excluded", ())),
-        "form": form or {"seed": "0", "size": "24", "config": json.dumps(DEFAULT_CONFIG, indent=2)},
-        "error": error,
+        "versions": _version_options(workspace, job_form.get("versions", ())),
+        "sets": _set_options(workspace, job_form.get("excluded", ())),
+        "form": job_form, "error": job_error,
+        "matrix_checkpoints": [{"checkpoint": c, "selected": str(c.pk) in chosen} for c in checkpoints],
+        "matrix_versions": _version_options(workspace, (matrix_form or {}).get("versions", ())),
+        "matrix_sets": matrix_sets, "matrix_error": matrix_error,
     }
     return render(request, "training/home.html", context, status=status)
 
@@ -85,7 +115,8 @@ def training_job_create(request):
         try:
             config = json.loads(form["config"] or "{}")
         except json.JSONDecodeError as exc:
-            raise TrainingError(f"config: not JSON ({exc.msg} at line {exc.lineno})", field="config") from None
+            raise TrainingError(f"Config: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).",
+                                field="config") from None
         upload = request.FILES.get("jsonl")
         imported = ""
         if upload is not None:
@@ -96,16 +127,17 @@ def training_job_create(request):
             except UnicodeDecodeError:
                 raise TrainingError("The imported file is not UTF-8 text.", field="imported_jsonl") from None
         simulator = None
-        if form["size"].strip():
-            simulator = {"seed": form["seed"] or 0, "size": form["size"]}
+        size = whole_number(post, "size", label="Simulator cases", minimum=0)
+        if size is not None:
+            simulator = {"seed": whole_number(post, "seed", label="Simulator seed", default=0), "size": size}
         job = services.job_create(
             actor=request.actor, workspace=request.workspace, name=form["name"], base_model=form["base_model"],
             config=config,
             harness_versions=services.resolve_harness_versions(request.workspace, form["versions"]),
             excluded_sets=services.resolve_eval_sets(request.workspace, form["excluded"]),
             simulator=simulator, imported_jsonl=imported, imported_name=upload.name if upload else "")
-    except TrainingError as exc:
-        return _home(request, form=form, error=exc, status=422)
+    except (TrainingError, FormValueError) as exc:
+        return _home(request, job_form=form, job_error=f"Not launched: {form_sentence(exc)}", status=422)
     messages.success(request, f"Job {job.pk} queued on the gpu queue.")
     return redirect("training_job_detail", ws=request.workspace.slug, job_id=job.pk)
 
@@ -139,21 +171,26 @@ def checkpoint_promote(request, checkpoint_id: int):
 @workspace_view(WRITE)
 def matrix_create(request):
     workspace = request.workspace
+    post = request.POST
+    form = {"checkpoints": post.getlist("checkpoints"), "versions": post.getlist("harness_versions"),
+            "set": post.get("set", "")}
     try:
-        ids = [int(i) for i in request.POST.getlist("checkpoints") if i.isdigit()]
+        if any(not i.isdigit() for i in form["checkpoints"]):
+            raise TrainingError("Checkpoints: choose them from the list.", field="checkpoints")
+        ids = {int(i) for i in form["checkpoints"]}
         checkpoints = list(selectors.checkpoints(workspace).filter(pk__in=ids))
-        if len(checkpoints) != len(set(ids)):
-            raise TrainingError("No such checkpoint here.", field="checkpoints")
-        versions = services.resolve_harness_versions(workspace, request.POST.getlist("harness_versions"))
-        set_ref = request.POST.get("set", "")
-        found = services.resolve_eval_sets(workspace, [set_ref]) if set_ref else []
+        if len(checkpoints) != len(ids):
+            raise TrainingError("Checkpoints: one of them is not in this workspace (any more).", field="checkpoints")
+        versions = services.resolve_harness_versions(workspace, form["versions"])
+        found = services.resolve_eval_sets(workspace, [form["set"]]) if form["set"] else []
         if not found:
-            raise TrainingError("Choose an eval set (Harness-Variant QA by default).", field="set")
+            raise TrainingError("Eval set: choose one (Harness-Variant QA by default).", field="set")
         matrix = services.matrix_create(actor=request.actor, workspace=workspace, checkpoints=checkpoints,
                                         harness_versions=versions, set_version=found[0])
     except (TrainingError, EvalError) as exc:
-        messages.error(request, f"No matrix started: {exc}")
-        return redirect("training_home", ws=workspace.slug)
+        if isinstance(exc, TrainingError) and exc.field == "excluded_sets":  # the resolver names its usual field
+            exc = TrainingError(str(exc).replace("excluded_sets: ", "Eval set: ", 1), field="set")
+        return _home(request, matrix_form=form, matrix_error=f"No matrix started: {form_sentence(exc)}", status=422)
     return redirect("matrix_detail", ws=workspace.slug, matrix_id=matrix.pk)
 
 

@@ -26,10 +26,13 @@ from harness.spec import HarnessSpec, parse_files, read_dir, to_files
 from serving.backends import ModelBackend
 
 PROPOSER_HARNESS = Path(__file__).resolve().parent / "proposer_harness"
+# A workspace's harness of this name is the proposer its diagnoses run (see `services._proposer_spec`), so
+# operators version it like any harness; without one, the shipped `proposer_harness/` runs.
+PROPOSER_NAME = "evolution-proposer"
 # The read tools close over one diagnosis, so each run passes them as overrides instead of registering them;
-# declared, the proposer harness still validates when operators import and version it like any harness.
+# declared for the proposer harness only, it validates in the store and no other harness can bind them.
 READ_TOOLS = ("evolution.fetch_case", "evolution.fetch_cluster_cases", "evolution.fetch_component")
-declare_run_supplied("sandbox", *READ_TOOLS)
+declare_run_supplied(PROPOSER_NAME, "sandbox", *READ_TOOLS)
 _FIELD = re.compile(r"^(HYPOTHESIS|RATIONALE|EVIDENCE):\s*(.*)$", re.M)
 _DIFF = re.compile(r"```diff\n(.*?)(?:```|\Z)", re.S)
 

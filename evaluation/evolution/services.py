@@ -238,7 +238,7 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
         if diagnosis.config.get("proposer"):
             made, proposer_runs = _model_proposals(diagnosis.config["proposer"], result.clustering.clusters, records,
                                                    spec, reasons, rejected, case_texts(records), validate_proposal,
-                                                   config)
+                                                   config, proposer_spec=_proposer_spec(diagnosis.workspace))
             proposals += made
         with transaction.atomic():
             rows = {}
@@ -271,13 +271,27 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
     return Diagnosis.Status.DONE
 
 
-def _model_proposals(backend_name, clusters, records, spec, reasons, rejected, texts, validate, config):
+def _proposer_spec(workspace):
+    """The proposer a diagnosis of this workspace runs: its harness named PROPOSER_NAME (the production
+    label's version, else the head), which alone may bind the proposer's run-supplied read tools; None
+    (the shipped proposer) when the workspace has none."""
+    from evaluation.evolution.proposer import PROPOSER_NAME
+
+    stored = Harness.objects.filter(workspace=workspace, name=PROPOSER_NAME, archived_at__isnull=True).first()
+    if stored is None or stored.head_id is None:
+        return None
+    label = stored.labels.select_related("version").filter(name="production").first()
+    return harness_selectors.version_spec(label.version if label else stored.head)
+
+
+def _model_proposals(backend_name, clusters, records, spec, reasons, rejected, texts, validate, config, *,
+                     proposer_spec=None):
     """The proposer harness's validated edits for the top actionable clusters, and what each run did (a model
     that never answers in the diff form proposes nothing)."""
     from evaluation.evolution.proposer import HarnessProposer
     from serving.model_config import backend_for
 
-    proposer = HarnessProposer(lambda: backend_for(backend_name), rejections=reasons)
+    proposer = HarnessProposer(lambda: backend_for(backend_name), spec=proposer_spec, rejections=reasons)
     by_id = {r.case_id: r for r in records}
     targets = [c for c in clusters if not c.judge_suspect][:MODEL_PROPOSALS_PER_DIAGNOSIS]
 

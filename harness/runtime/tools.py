@@ -102,18 +102,20 @@ def builtin_names() -> list[str]:
     return sorted(_BUILTINS)
 
 
-_RUN_SUPPLIED: dict[str, set[str]] = {}
+_RUN_SUPPLIED: dict[str, dict[str, set[str]]] = {}  # harness name → binding kind → targets
 
 
-def declare_run_supplied(kind: str, *targets: str) -> None:
-    """Name `kind` binding targets that a caller passes to each run as `ToolRegistry(overrides=…)` instead of
-    registering them (the evolution proposer's read tools close over one diagnosis). A harness that binds
-    them is valid; it can answer only where that caller runs it."""
-    _RUN_SUPPLIED.setdefault(kind, set()).update(targets)
+def declare_run_supplied(harness: str, kind: str, *targets: str) -> None:
+    """Name `kind` binding targets that the caller who runs the harness named `harness` passes to each run as
+    `ToolRegistry(overrides=…)` instead of registering them (the evolution proposer's read tools close over
+    one diagnosis). Only that harness may bind them: run anywhere else, such a tool would have nothing
+    behind it, so every other harness reports the binding as unknown."""
+    _RUN_SUPPLIED.setdefault(harness, {}).setdefault(kind, set()).update(targets)
 
 
-def run_supplied_targets() -> dict[str, frozenset[str]]:
-    return {kind: frozenset(targets) for kind, targets in _RUN_SUPPLIED.items()}
+def run_supplied_targets(harness: str) -> dict[str, frozenset[str]]:
+    """The targets the caller running `harness` supplies, by binding kind (none for any other harness)."""
+    return {kind: frozenset(targets) for kind, targets in _RUN_SUPPLIED.get(harness, {}).items()}
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,7 @@ def test_review_queue_accept_reject_candidate_and_eval(page, settings, workspace
         expect(page.locator(f"#{second_id} .proposal-status")).to_have_text("rejected")
         expect(page.locator(f"#{second_id}")).to_contain_text("adds <b>too</b> many triggers")  # escaped text
 
-        page.reload()
-        page.click("#make-round")
+        page.click("#make-round")  # offered as soon as an edit is accepted, without a reload
         expect(page.locator("#round")).to_contain_text("author ai:evolution (rules:")
         expect(page.locator("#round")).to_contain_text("approved by operator")
         page.click("#evaluate")

@@ -4,6 +4,7 @@ import pytest
 
 from console.access import Actor
 from evaluation import services
+from evaluation.execution import ERRORED_REASON
 from evaluation.judges import get_judge, register_judge
 
 pytestmark = pytest.mark.django_db
@@ -33,6 +34,7 @@ def test_one_failing_case_is_recorded_as_errored_and_the_run_finishes(workspace,
     errored = run.results.get(outcome="errored")
     assert errored.case.data["case_id"] == doomed
     assert (errored.accuracy, errored.effectiveness) == (0.0, 0.0)  # an error is never a success
-    assert "RuntimeError: judge crashed on this case" in errored.trace["error"]
+    assert "RuntimeError: judge crashed on this case" in errored.trace["error"]  # for whoever debugs it
+    assert errored.reasons == [ERRORED_REASON] and "RuntimeError" not in ERRORED_REASON  # the page says it in words
     assert run.error.startswith("1 of 6 case(s) errored")
     assert not run.results.exclude(pk=errored.pk).filter(outcome="errored").exists()

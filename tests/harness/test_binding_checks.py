@@ -1,5 +1,6 @@
 """A tool bound to a builtin that is not here is refused on every way into the store, not only in the editor:
-version_commit, harness_create, the platform API and the zip import. Run-supplied targets still validate."""
+version_commit, harness_create, the platform API and the zip import. Run-supplied targets (the evolution
+proposer's read tools) validate for the proposer harness only: every other harness reports them as unknown."""
 
 import io
 import json
@@ -8,11 +9,12 @@ import zipfile
 import pytest
 
 from console.access import Actor
-from evaluation.evolution.proposer import PROPOSER_HARNESS, READ_TOOLS
+from evaluation.evolution.proposer import PROPOSER_HARNESS, PROPOSER_NAME, READ_TOOLS
+from evaluation.evolution.services import _proposer_spec
 from harness import services
 from harness.models import Harness, HarnessVersion
 from harness.selectors import binding_targets
-from harness.spec import SpecInvalid, read_dir
+from harness.spec import SpecInvalid, parse_files, read_dir
 from serving.services import api_key_create
 
 pytestmark = pytest.mark.django_db
@@ -65,8 +67,93 @@ def test_the_zip_import_shows_the_binding_error(client, members, demo_files):
     assert not Harness.objects.filter(name="ghost").exists()
 
 
-def test_the_proposer_harness_binds_run_supplied_targets_and_still_imports(workspace):
-    assert set(READ_TOOLS) <= binding_targets()["sandbox"]
-    harness = services.harness_create(actor=SYSTEM, workspace=workspace, name="proposer",
-                                      files=read_dir(PROPOSER_HARNESS))
+SUPPLIED = "no sandbox binding named “evolution.fetch_case” is available here"
+
+
+def with_read_tool(files: dict[str, str]) -> dict[str, str]:
+    """`files` plus the proposer's fetch_case tool, bound to its run-supplied sandbox target."""
+    return {**files, "tools/fetch_case.json": read_dir(PROPOSER_HARNESS)["tools/fetch_case.json"]}
+
+
+def zip_of(files: dict[str, str]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    buffer.seek(0)
+    buffer.name = "upload.zip"
+    return buffer
+
+
+def test_run_supplied_targets_belong_to_the_proposer_harness_only():
+    assert set(READ_TOOLS) <= binding_targets(PROPOSER_NAME)["sandbox"]
+    for other in ("avatar", "proposer", f"{PROPOSER_NAME}-copy"):
+        assert not set(READ_TOOLS) & binding_targets(other)["sandbox"], other
+        assert "demo.get_promotion" in binding_targets(other)["builtin"]  # the shared targets stay
+
+
+def test_the_proposer_harness_imports_and_versions_under_its_name(workspace):
+    files = read_dir(PROPOSER_HARNESS)
+    harness = services.harness_create(actor=SYSTEM, workspace=workspace, name=PROPOSER_NAME, files=files)
     assert harness.head.number == 1
+    edited = {**files, "harness.yaml": files["harness.yaml"].replace("max_turns: 6", "max_turns: 5")}
+    assert services.version_commit(actor=SYSTEM, harness=harness, files=edited, base_version=harness.head,
+                                   message="one turn fewer").version.number == 2
+    assert services.draft_check(edited, harness=harness) == []
+
+
+def test_any_other_harness_refuses_the_proposers_read_tools_on_every_way_in(client, workspace, members, harness):
+    # version commit
+    with pytest.raises(SpecInvalid) as refused:
+        services.version_commit(actor=SYSTEM, harness=harness, files=with_read_tool(harness.head.files),
+                                base_version=harness.head, message="borrow a read tool")
+    assert [(e.file, e.location) for e in refused.value.errors] == [("tools/fetch_case.json", "x_harness.binding.target")]
+    assert SUPPLIED in refused.value.errors[0].message
+    # a new harness made of the proposer's files under another name
+    with pytest.raises(SpecInvalid) as refused:
+        services.harness_create(actor=SYSTEM, workspace=workspace, name="proposer",
+                                files=read_dir(PROPOSER_HARNESS))
+    assert len(refused.value.errors) == len(READ_TOOLS) and SUPPLIED in str(refused.value.errors)
+    # the editor (its check and its save)
+    assert any(SUPPLIED in e.message for e in services.draft_check(with_read_tool(harness.head.files),
+                                                                   harness=harness))
+    client.force_login(members["operator"])
+    text = read_dir(PROPOSER_HARNESS)["tools/fetch_case.json"]
+    checked = client.post("/w/acme/harnesses/avatar/edit/check/", {"path": "tools/fetch_case.json", "text": text},
+                          HTTP_HX_REQUEST="true")
+    assert SUPPLIED in checked.content.decode()
+    saved = client.post("/w/acme/harnesses/avatar/edit/", {"path": "tools/fetch_case.json", "text": text})
+    assert saved.status_code == 422 and SUPPLIED in saved.content.decode()
+    # the platform API
+    token = api_key_create(actor=SYSTEM, workspace=workspace, name="platform", scopes=["read", "write"])[1]
+    response = client.post("/api/v1/harnesses/avatar/versions", data=json.dumps(
+        {"base_version": 1, "message": "borrow a read tool", "files": with_read_tool(harness.head.files)}),
+        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 422 and any(SUPPLIED in e["message"] for e in response.json()["errors"])
+    # the zip import, as a new harness and as a new version of an existing one
+    for name in ("my-proposer", "avatar"):
+        imported = client.post("/w/acme/harnesses/import/", {"name": name, "archive": zip_of(read_dir(PROPOSER_HARNESS))})
+        assert imported.status_code == 422 and SUPPLIED in imported.content.decode(), name
+    assert not Harness.objects.filter(name="my-proposer").exists()
+    assert HarnessVersion.objects.filter(harness=harness).count() == 1
+
+
+def test_the_zip_import_takes_the_proposer_under_its_own_name(client, members):
+    client.force_login(members["operator"])
+    response = client.post("/w/acme/harnesses/import/", {"name": PROPOSER_NAME, "archive": zip_of(read_dir(PROPOSER_HARNESS))})
+    assert response.status_code == 302
+    assert Harness.objects.get(name=PROPOSER_NAME).head.number == 1
+
+
+def test_a_diagnosis_runs_the_workspaces_proposer_harness(workspace):
+    """The harness that may bind the read tools is the one the diagnosis runs with them."""
+    assert _proposer_spec(workspace) is None  # none stored: the shipped proposer runs
+    files = read_dir(PROPOSER_HARNESS)
+    stored = services.harness_create(actor=SYSTEM, workspace=workspace, name=PROPOSER_NAME, files=files)
+    edited = {**files, "harness.yaml": files["harness.yaml"].replace("max_turns: 6", "max_turns: 5")}
+    second = services.version_commit(actor=SYSTEM, harness=stored, files=edited, base_version=stored.head,
+                                     message="v2").version
+    assert _proposer_spec(workspace).settings.max_turns == 5  # no production label: the head
+    services.label_move(actor=SYSTEM, harness=stored, name="production", version=stored.versions.get(number=1),
+                        reason="the first one")
+    assert _proposer_spec(workspace) == parse_files(files) and second.number == 2

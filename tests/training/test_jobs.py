@@ -203,7 +203,7 @@ def test_console_launch_form_shows_the_field_of_a_bad_config(client, members, wo
     assert "stages[0].config.lr_scheduler_type" in response.content.decode()
     assert TrainingJob.objects.count() == 0
     response = client.post("/w/acme/training/jobs/", {**form, "config": "{not json"})
-    assert response.status_code == 422 and "config: not JSON" in response.content.decode()
+    assert response.status_code == 422 and "Not launched: Config: not valid JSON (line 1, column 2" in response.content.decode()
     response = client.post("/w/acme/training/jobs/", {**form, "config": json.dumps(tiny_config(sft(2)))})
     job = TrainingJob.objects.get()
     assert response.status_code == 302 and response.url == f"/w/acme/training/jobs/{job.pk}/"

@@ -43,7 +43,13 @@ def _delta(pair: dict[str, Any]) -> str:
         return "—"
     p = pair["mcnemar_p"]
     return (f"{100 * pair['delta']:+.1f} [{100 * pair['ci'][0]:+.1f}, {100 * pair['ci'][1]:+.1f}] "
-            f"({pair['better']}↑ {pair['worse']}↓{'' if p is None else f', p = {p:.3g}'}; n {pair['n']})")
+            f"({pair['better']}↑ {pair['worse']}↓{_p(p)}; n {pair['n']})")
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return ""
+    return ", p < 0.001" if p < 0.001 else f", p = {p:.3g}"
 
 
 def _paired_lines(paired: dict[str, Any] | None) -> list[str]:
@@ -91,7 +97,7 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
         a = arms[arm]
         arm_n = a.get("n", n)
         lines.append(f"| {title} | {arm_n['fixed']} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
-                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} ({arm_n['ifeval']}) "
+                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} {_ci(a['ifeval_ci']) if a.get('ifeval_ci') else ''} ({arm_n['ifeval']}) "
                      f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} "
                      f"| {_wrong(a)} |")
     lines += _paired_lines(result.get("paired"))
