@@ -54,7 +54,10 @@ def live_diagnosis_request(request, name: str):
         number = request.POST.get("version", "")
         if not number.isdigit():
             raise services.EvolutionError("Choose the version whose live traffic to diagnose.")
-        version = harness_selectors.version_get(harness, int(number))
+        try:
+            version = harness_selectors.version_get(harness, int(number))
+        except Http404:
+            raise services.EvolutionError(f"“{harness.name}” has no version v{int(number)}.") from None
         diagnosis = services.diagnosis_request_live(
             actor=request.actor, harness=harness, version=version,
             start=_window_time(request.POST.get("start", ""), "start"),

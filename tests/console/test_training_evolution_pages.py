@@ -30,6 +30,14 @@ def test_a_refused_live_diagnosis_keeps_the_window_typed(operator):
     assert not Diagnosis.objects.exists()
 
 
+def test_a_live_diagnosis_of_a_version_that_does_not_exist_is_refused_in_words(operator):
+    url = reverse("evolution_diagnose_live", kwargs={"ws": "acme", "name": "avatar"})
+    response = operator.post(url, {"version": "99", "start": "2020-01-01T00:00", "end": "2020-01-02T00:00"})
+    assert response.status_code == 422  # not a 404 page that drops the form
+    assert "Not diagnosed: “avatar” has no version v99." in response.content.decode()
+    assert not Diagnosis.objects.exists()
+
+
 def test_the_matrix_fragment_carries_the_run_table_and_an_empty_state(operator, workspace, harness):
     checkpoint = Checkpoint.objects.create(workspace=workspace, stage="sft", base_model="m", path="/ckpt")
     hv = EvalSet.objects.create(workspace=workspace, name="hv", suite="harness_variant")
