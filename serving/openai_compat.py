@@ -53,6 +53,9 @@ class BackendLoop:
 
 class CompletionServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: an eval run at concurrency 32 opening its connections at once had
+    # half of them reset (ReadError, recorded as errored turns). vLLM's server listens with a deep backlog too.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], backend: ModelBackend, *, model_name: str,
                  delay_s: float = 0.0, quiet: bool = True):
