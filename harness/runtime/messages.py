@@ -18,7 +18,7 @@ from typing import Any
 from harness.runtime.turn import TurnInput
 from harness.spec import HarnessSpec
 from harness.spec.prompt import BLOCK_SEPARATOR, skills_catalogue, tools_catalogue
-from harness.spec.template import Slot, fill, split_template
+from harness.spec.template import Slot, fill, merge_parts, split_template
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 
@@ -93,14 +93,8 @@ def _prompt(spec: HarnessSpec) -> _Prompt:
 
 def _joined(blocks: list[tuple[str, ...]]) -> tuple[str, ...]:
     """The parts of `BLOCK_SEPARATOR.join(blocks)`, adjacent text merged."""
-    parts: list[str] = []
-    for index, block in enumerate(blocks):
-        for part in (BLOCK_SEPARATOR, *block) if index else block:
-            if parts and not isinstance(part, Slot) and not isinstance(parts[-1], Slot):
-                parts[-1] += part
-            else:
-                parts.append(part)
-    return tuple(parts)
+    return merge_parts(part for index, block in enumerate(blocks)
+                       for part in ((BLOCK_SEPARATOR, *block) if index else block))
 
 
 def assemble_messages(spec: HarnessSpec, turn: TurnInput, now: datetime | None = None) -> list[dict[str, Any]]:

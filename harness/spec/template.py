@@ -7,7 +7,7 @@ names, which validation can check against what exists at each cache tier.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 _TAG = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -70,7 +70,13 @@ def split_template(template: str, values: Mapping[str, object], later: Collectio
             parts.append(Slot(name))
         else:
             raise KeyError(f"template uses {{{{ {name} }}}} but no value was given for it")
-    merged: list[str] = []  # adjacent literals joined: one part per slot and per text between slots
+    return merge_parts(parts)
+
+
+def merge_parts(parts: Iterable[str]) -> tuple[str, ...]:
+    """Template parts with adjacent literals joined and empty ones dropped: one part per slot and per text
+    between slots (what `fill` joins)."""
+    merged: list[str] = []
     for part in parts:
         if merged and not isinstance(part, Slot) and not isinstance(merged[-1], Slot):
             merged[-1] += part
