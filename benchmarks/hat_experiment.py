@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.hat.experiment import ExperimentConfig, judge_arm, run_experiment  # noqa: E402
-from training.hat.report import render_markdown  # noqa: E402
+from training.hat.experiment import ExperimentConfig, judge_arm, run_default_candidate, run_experiment  # noqa: E402
+from training.hat.report import render_default_markdown, render_markdown  # noqa: E402
 
 
 class PrintReporter:
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1, help="SFT passes over the data")
     parser.add_argument("--grad-accumulation", type=int, default=4, help="SFT rows per optimizer step")
     parser.add_argument("--eval-workers", type=int, default=2, help="arms judged at once, beside training")
+    parser.add_argument("--eval-threads", type=int, default=1, help="llama.cpp threads per judged arm")
     parser.add_argument("--eval-limit", type=int, default=0,
                         help="judge only the first N eval cases (0: all); the training exclusions cover all --cases")
     parser.add_argument("--parallel-training", action="store_true",
@@ -80,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="afterwards, copy HSA-SFT's adapter to training/default_model/ when its accuracy under "
                              "the original harness clearly beats the base's (95%% intervals apart) and its replies are "
                              "right more often than wrong")
+    parser.add_argument("--default-candidate", action="store_true",
+                        help="train and judge HSA-SFT alone (the embedded default's candidate) into "
+                             "docs/default-model.json/.md, then package it when it passes the shipping rule")
+    parser.add_argument("--base-from", help="with --default-candidate: take the base's scores from this result "
+                                            "JSON (an earlier judging of the same base) instead of judging it again")
     args = parser.parse_args(argv)
     if args.render_only:
         result = json.loads(Path(args.out_json).read_text(encoding="utf-8"))
@@ -93,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                               workdir=args.workdir, device=args.device, engine=args.engine,
                               finetune=args.finetune, lora_r=args.lora_r, precision=args.precision,
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
-                              eval_limit=args.eval_limit,
+                              eval_limit=args.eval_limit, eval_threads=args.eval_threads,
                               parallel_training=args.parallel_training)
+    if args.default_candidate:
+        return default_candidate(config, args, argv)
     if args.judge_arm:
         scores = judge_arm(config, args.judge_arm, PrintReporter())
         print(json.dumps({k: v for k, v in scores.items() if k != "turns"}, indent=1))
@@ -108,6 +116,28 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     if args.package_default:
         return package_default(result, Path(args.workdir))
+    return 0
+
+
+def default_candidate(config: ExperimentConfig, args: argparse.Namespace, argv: list[str] | None) -> int:
+    from training.default_model import SHIPPABLE_ARM, package_adapter, ship_decision
+
+    base = json.loads(Path(args.base_from).read_text(encoding="utf-8"))["arms"]["base"] if args.base_from else None
+    result = run_default_candidate(config, PrintReporter(), base_scores=base)
+    result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    ships, why = ship_decision(result)
+    result["ships"], result["decision"] = ships, why
+    (ROOT / "docs" / "default-model.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+                                                       encoding="utf-8")
+    notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
+    markdown = render_default_markdown(result, ("ships — " if ships else "not shipped — ") + why, notes)
+    (ROOT / "docs" / "default-model.md").write_text(markdown, encoding="utf-8")
+    print(markdown)
+    if not (ships and args.package_default):
+        return 0 if ships else 1
+    out = package_adapter(Path(config.workdir) / "hat" / "stages" / "00-sft", result, SHIPPABLE_ARM)
+    print(f"Packaged {SHIPPABLE_ARM} into {out}; `manage.py build_default_model` (make run) builds it.")
     return 0
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from harness.augmentation import HsaConfig, augment
+from training.default_model import ship_decision
 from training.hat import heldout
 from training.hat.experiment import (
     ARMS,
@@ -16,9 +17,10 @@ from training.hat.experiment import (
     build_data,
     compact_spec,
     paired_comparisons,
+    run_default_candidate,
     run_experiment,
 )
-from training.hat.report import render_markdown
+from training.hat.report import render_default_markdown, render_markdown
 from training.lineage import case_content_hash
 
 
@@ -122,6 +124,35 @@ def test_experiment_end_to_end_at_toy_scale(tmp_path):
         assert pair["n"] == 2 and pair["ci"][0] <= pair["delta"] <= pair["ci"][1]
     markdown = render_markdown(result)
     assert "| HSA-SFT |" in markdown and "held-out" in markdown and "held-out vs Fixed-SFT" in markdown
+
+
+@pytest.mark.timeout(1800)
+def test_default_candidate_trains_hsa_sft_alone_at_toy_scale(tmp_path):
+    """The embedded default's candidate: HSA-SFT alone, judged with the base, and a base taken from an earlier
+    judging is marked as such."""
+    config = ExperimentConfig(model="tiny", cases=2, train_examples=2, ifeval=2, max_new_tokens=8,
+                              ifeval_new_tokens=8, learning_rate=5e-3, grad_accumulation=1,
+                              workdir=str(tmp_path / "work"))
+    result = run_default_candidate(config, Quiet())
+    json.dumps(result)
+    assert set(result["arms"]) == {"base", "hsa_sft"} and result["candidate"] == "hsa_sft"
+    assert result["n"] == {"fixed": 2, "heldout": 2, "ifeval": 2}
+    assert result["arms"]["base"]["fixed"] == 0.0 and "judged_in" not in result["arms"]["base"]
+    assert result["train_tokens"]["hsa_sft_rows"] == 2 and result["steps"]["hsa_sft"] == 2
+    assert (tmp_path / "work" / "hat" / "stages" / "00-sft" / "adapter").is_dir()
+    assert not (tmp_path / "work" / "hat" / "stages" / "01-opd").exists()  # no later stage is trained
+    disjoint = result["lineage"]["disjoint"]
+    assert disjoint["heldout_hashes_in_training"] == [] and disjoint["heldout_names_in_training"] == []
+    ships, why = ship_decision(result)
+    assert not ships and "does not clearly beat the base" in why  # a random model beats nobody
+    assert "| HSA-SFT |" in render_default_markdown(result, why)
+
+    # Resumed with the base's earlier scores: the trained stage is reused, the base is not judged again.
+    earlier = {**result["arms"]["base"], "fixed": 0.5}
+    again = run_default_candidate(config, Quiet(), base_scores=earlier)
+    assert again["arms"]["base"]["fixed"] == 0.5 and again["arms"]["base"]["judged_in"]
+    assert again["arms"]["hsa_sft"]["model_dir"] == result["arms"]["hsa_sft"]["model_dir"]
+    assert "judged in an earlier run" in render_default_markdown(again, "x")
 
 
 def test_paired_comparisons_pair_arms_case_by_case():

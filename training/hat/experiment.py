@@ -402,6 +402,60 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
     }
 
 
+def run_default_candidate(config: ExperimentConfig, reporter: Reporter,
+                          base_scores: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The embedded default's candidate alone: the HAT pipeline's HSA-SFT stage, trained exactly as in
+    `run_experiment` (same data rules, exclusions and lineage guard) but without Fixed-SFT, OPD and RL, and
+    judged on the same three sets. The base is judged too unless `base_scores` (an earlier judging of the
+    same base model, e.g. the reproduction's) is given; the result says which. Cheaper than the whole
+    experiment, so a CPU session can spend its time on more HSA-SFT rows."""
+    from training.base_models import load_tokenizer, materialize_base, model_cache
+    from training.pipeline import PipelineConfig, run_pipeline
+
+    started = time.monotonic()
+    workdir = Path(config.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = build_data(config)
+    tokenizer = load_tokenizer(config.base)
+    split = split_training(config, data, tokenizer)
+    reporter.line(f"default: HSA-SFT {split['hsa_rows']} rows / {split['hsa_tokens']} tokens; "
+                  f"{len(data.eval_cases)} eval cases")
+    raw = pipeline_configs(config, data, split, workdir)["hat"]
+    raw["stages"] = raw["stages"][:1]
+    timings: dict[str, float] = {}
+    with ArmEvaluations(config, data, workdir / "eval", reporter, timings) as evaluations:
+        if base_scores is None:
+            evaluations.submit("base", materialize_base(config.base, model_cache(), seed=config.seed))
+        t0 = time.monotonic()
+        (result,) = run_pipeline(PipelineConfig.from_dict(raw), artifacts_dir=workdir / "hat", reporter=reporter,
+                                 should_stop=lambda: False)
+        timings["train_hsa_sft"] = round(time.monotonic() - t0, 1)
+        evaluations.submit("hsa_sft", str(result.path))
+        arms = {arm: _summary(future.result()) for arm, future in evaluations.futures.items()}
+    if base_scores is not None:
+        arms["base"] = {**base_scores, "judged_in": "an earlier run (base_from)"}
+    return {
+        "model": config.base,
+        "candidate": "hsa_sft",
+        "n": {key: min(arms[arm]["n"][key] for arm in ("base", "hsa_sft")) for key in ("fixed", "heldout", "ifeval")},
+        "arms": {arm: arms[arm] for arm in ("base", "hsa_sft")},
+        "train_tokens": {"hsa_sft": split["hsa_tokens"], "hsa_sft_rows": split["hsa_rows"]},
+        "steps": {"hsa_sft": raw["stages"][0]["config"]["max_steps"]},
+        "harness": {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
+                    "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)},
+        "lineage": {"excluded_eval_sets": {k: len(v) for k, v in data.exclude.items()},
+                    "checked_by_pipeline_guard": True,
+                    "skipped_near_duplicates": data.skipped_near_duplicates,
+                    "stages": {f"hat:{result.stage}": {"cases": result.data_lineage["cases"],
+                                                        "cases_digest": result.data_lineage["cases_digest"],
+                                                        "checked_disjoint": result.data_lineage["checked_disjoint"]}},
+                    "disjoint": disjointness(data, split, set(result.harness_hashes))},
+        "config": asdict(config),
+        "timings_s": {**timings, **{f"eval_{arm}": arms[arm].get("eval_s", 0.0) for arm in arms}},
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
 ARM_STAGES = {"fixed_sft": ("fixed", "00-sft"), "hsa_sft": ("hat", "00-sft"), "hsa_sft_opd": ("hat", "01-opd"),
               "hat": ("hat", "02-rl")}
 

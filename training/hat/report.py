@@ -136,3 +136,42 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
     if notes:
         lines += [notes.rstrip(), ""]
     return "\n".join(lines)
+
+
+def render_default_markdown(result: dict[str, Any], decision: str, notes: str = "") -> str:
+    """`docs/default-model.md`: the embedded default's candidate (HSA-SFT alone, `run_default_candidate`)."""
+    arms, tokens, harness = result["arms"], result["train_tokens"], result["harness"]
+    lines = [
+        "# The embedded default model's candidate (issue 13)",
+        "",
+        f"HSA-SFT alone, trained as in the HAT reproduction (docs/hat-reproduction.md) but on more rows: model "
+        f"`{result['model']}`, compact harness `{harness['path']}` (first prompt {harness['system_prompt_tokens']} "
+        f"tokens), {tokens['hsa_sft_rows']} trajectories (each case under the original and one HSA variant), "
+        f"{tokens['hsa_sft']} tokens, {result['steps']['hsa_sft']} optimizer steps. Wall time {result['wall_s']:.0f} s.",
+        "",
+        "Command: `" + result.get("command", "python benchmarks/hat_experiment.py --default-candidate") + "`",
+        "",
+        "| arm | n | original | held-out | IFEval (n) | wrong replies orig / held-out |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for arm in ("base", "hsa_sft"):
+        a = arms[arm]
+        note = " (judged in an earlier run)" if a.get("judged_in") else ""
+        lines.append(f"| {ARM_TITLES[arm]}{note} | {a['n']['fixed']} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} "
+                     f"| {_pct(a['heldout'])} {_ci(a['heldout_ci'])} | {_pct(a['ifeval'])} ({a['n']['ifeval']}) "
+                     f"| {_wrong(a)} |")
+    lines += [
+        "",
+        f"Shipping decision (`training.default_model.ship_decision`): {decision}.",
+        "",
+        f"- Lineage: eval sets excluded from training ("
+        f"{', '.join(f'{k}: {v}' for k, v in result['lineage']['excluded_eval_sets'].items())}); the pipeline's guard "
+        f"checked it; {result['lineage']['skipped_near_duplicates']} eval cases skipped as near-duplicates of training.",
+        _tuning_line(result["config"]),
+        _eval_line(result["config"]),
+        f"- Timings (s): {', '.join(f'{k} {v}' for k, v in result['timings_s'].items())}.",
+        "",
+    ]
+    if notes:
+        lines += [notes.rstrip(), ""]
+    return "\n".join(lines)
