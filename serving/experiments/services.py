@@ -408,6 +408,8 @@ def _insert_new(workspace: Workspace, events: list[dict], now: datetime) -> list
 # In one statement: the exposures are locked in viewer order, updated, and what changed is summed into
 # one upsert of the rollups, in (arm, bucket) order. c is read back as the updated count minus k, so a
 # concurrent batch that updated the viewer first (read committed re-reads the row) is counted on top.
+# The table's fillfactor (migration 0007) keeps the update on the row's page (a HOT update, no index writes).
+# (Finding the locked rows again by ctid instead of id lost counts under concurrent batches: test_races.)
 _FOLD = """
 WITH v AS (SELECT e->>0 AS viewer_id, (e->>1)::timestamptz AS ts FROM json_array_elements(%(views)s::json) AS e),
 locked AS (SELECT id, viewer_id, first_seen_at FROM serving_exposure
