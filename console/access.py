@@ -96,11 +96,18 @@ def _new_generation() -> int:
 
 
 def api_access_changed() -> None:
-    """Call inside the transaction that revokes a key or changes what a workspace's requests may do."""
+    """Call inside the transaction that revokes a key or changes what a workspace's requests may do.
+
+    Replaced now and again after the commit, as harness.routing does: a key read from the database between
+    the two (before the commit is visible) is tagged with the first replacement, which the second retires."""
     from django.core.cache import cache
     from django.db import transaction
 
-    transaction.on_commit(lambda: cache.set(API_ACCESS_GENERATION, _new_generation(), timeout=None))
+    def replace() -> None:
+        cache.set(API_ACCESS_GENERATION, _new_generation(), timeout=None)
+
+    replace()
+    transaction.on_commit(replace)
 
 
 def api_access_generation() -> int:
