@@ -104,5 +104,5 @@ def ingest_events(request, payload: EventsIn):
 
     result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events)
     if result.accepted:
-        publish_experiment_updates(request.workspace)
+        publish_experiment_updates(result.running)
     return {"accepted": result.accepted, "duplicates": result.duplicates, "errors": result.errors}

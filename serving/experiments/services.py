@@ -253,6 +253,7 @@ class IngestResult:
     accepted: int = 0
     duplicates: int = 0
     errors: list[dict] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)  # the workspace's running experiments, read for this batch
 
 
 def _parse_ts(value) -> datetime | None:
@@ -336,6 +337,7 @@ def events_ingest(*, actor: Actor, workspace: Workspace, events: list) -> Ingest
     result, valid, seen = IngestResult(), [], set()
     now = timezone.now()
     running = list(Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING).order_by("pk"))
+    result.running = [experiment.pk for experiment in running]
     for index, raw in enumerate(events):
         event, error = _validate(raw, now)
         if not error and running:
