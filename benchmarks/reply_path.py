@@ -43,6 +43,7 @@ def main() -> None:
                        capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     import django
 
+    os.chdir(ROOT)  # Celery's Django fixup puts the working directory first on sys.path
     django.setup()
     from django.db import connection
     from django.test import Client
