@@ -6,7 +6,8 @@ Migrates the database and seeds the demo workspace (`seed_demo`; a database you 
 replies through Django's test client (the whole stack but the ASGI server: middleware, key check, rate
 limit, routing, the turn with an instant scripted model, the trace write) and prints the SQL statements
 and Redis commands of one reply, then wall and CPU p50/p95 per request at growing request counts (the cost per
-request should not grow with the count). To compare checkouts, run each one's copy from its own directory.
+request should not grow with the count). To compare checkouts in one sitting, run this script twice, the
+second time with `--root <other checkout>` (its code, this script).
 """
 
 import argparse
@@ -18,6 +19,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if "--root" in sys.argv:  # measure another checkout (e.g. main) with this script
+    ROOT = Path(sys.argv[sys.argv.index("--root") + 1]).resolve()
 sys.path.insert(0, str(ROOT))
 
 STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}},
@@ -29,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, nargs="+", default=[50, 200])
     parser.add_argument("--profile", type=int, default=100, help="replies to profile (CPU time by package); 0: none")
+    parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     args = parser.parse_args()
     if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
         raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
@@ -39,6 +43,7 @@ def main() -> None:
                        capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     import django
 
+    os.chdir(ROOT)  # Celery's Django fixup puts the working directory first on sys.path
     django.setup()
     from django.db import connection
     from django.test import Client

@@ -79,3 +79,43 @@ def require(actor: Actor, workspace: Workspace, capability: str) -> None:
     """Raise PermissionDenied unless `actor` holds `capability` in `workspace`."""
     if capability not in capabilities(actor, workspace):
         raise PermissionDenied(f"{actor.label} lacks the '{capability}' permission in {workspace.slug}.")
+
+
+# What a remembered API key may still do ------------------------------------------------------------------
+# The reply route remembers keys and their workspace per process (serving.services.api_key_remembered). Every
+# change that must reach those requests at once (a key revoked, the workspace's tool hosts) replaces this
+# shared-cache integer after its commit; a remembered key is trusted only while the generation it was loaded
+# under is still the current one.
+API_ACCESS_GENERATION = "api-access:generation"
+
+
+def _new_generation() -> int:
+    import secrets
+
+    return secrets.randbits(62) + 1  # never 0, which stands for "unknown"
+
+
+def api_access_changed() -> None:
+    """Call inside the transaction that revokes a key or changes what a workspace's requests may do.
+
+    Replaced now and again after the commit, as harness.routing does: a key read from the database between
+    the two (before the commit is visible) is tagged with the first replacement, which the second retires."""
+    from django.core.cache import cache
+    from django.db import transaction
+
+    def replace() -> None:
+        cache.set(API_ACCESS_GENERATION, _new_generation(), timeout=None)
+
+    replace()
+    transaction.on_commit(replace)
+
+
+def api_access_generation() -> int:
+    """The current generation (made on first use; 0 when the cache cannot say)."""
+    from django.core.cache import cache
+
+    generation = cache.get(API_ACCESS_GENERATION)
+    if generation is None:
+        cache.add(API_ACCESS_GENERATION, _new_generation(), timeout=None)
+        generation = cache.get(API_ACCESS_GENERATION)
+    return generation if isinstance(generation, int) else 0

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from console.access import ADMIN, Actor, require, require_workspace_creator
+from console.access import ADMIN, Actor, api_access_changed, require, require_workspace_creator
 from console.identifiers import identifier_problem
 from console.models import AuditEvent, Membership, Role, Workspace
 
@@ -187,6 +187,7 @@ def workspace_tool_hosts_set(*, actor: Actor, workspace: Workspace, hosts: list[
     before = list(locked.tool_hosts)
     locked.tool_hosts = cleaned
     locked.save(update_fields=["tool_hosts"])
+    api_access_changed()  # remembered keys carry their workspace (serving.services.api_key_remembered)
     audit_record(actor=actor, workspace=locked, action="workspace.tool_hosts", target_type="workspace",
                  target_id=locked.pk, target_label=locked.slug, before={"hosts": before}, after={"hosts": cleaned})
     workspace.tool_hosts = cleaned

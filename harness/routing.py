@@ -9,11 +9,16 @@ The token is replaced twice: inside the writer's transaction (a reader of a new 
 what it read before the commit, so the second replacement after the commit invalidates that too) and
 after the commit. A change is therefore visible to every request that starts after the writer returns.
 Without a shared cache (embedded mode, one process serving) the local cache plays the same role.
+
+A token is a random integer, which Django's Redis cache stores as plain digits: the reply API reads it with
+its rate limit in one Redis round trip (`tokens_read`) instead of asking the cache again here.
 """
 
+import secrets
 import threading
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.core.cache import cache
@@ -22,26 +27,49 @@ from django.db import transaction
 _MAX_ENTRIES = 4096
 _memo: dict[tuple[int, Any], tuple[str, Any]] = {}
 _lock = threading.Lock()
+# Tokens this request has read already (see `tokens_read`); None outside one.
+_read: ContextVar[dict[int, int] | None] = ContextVar("routing_tokens_read", default=None)
 
 
-def _token_key(harness_id: int) -> str:
+def token_key(harness_id: int) -> str:
+    """The cache key (before the cache's prefix) of a harness's token."""
     return f"routing:{harness_id}"
 
 
-def routing_token(harness_id: int) -> str:
+def _new_token() -> int:
+    return secrets.randbits(62) + 1  # never 0, which stands for "no token"
+
+
+@contextmanager
+def tokens_read(tokens: dict[int, int]) -> Iterator[None]:
+    """Within one request: use these tokens (harness id → token, just read from the shared cache by the
+    caller) and keep each token read here, so a request asks the cache about a harness at most once."""
+    reset = _read.set(dict(tokens))
+    try:
+        yield
+    finally:
+        _read.reset(reset)
+
+
+def routing_token(harness_id: int) -> int:
     """The current token of a harness's routing (made on first use; lost tokens are simply remade)."""
-    key = _token_key(harness_id)
+    known = _read.get()
+    if known is not None and harness_id in known:
+        return known[harness_id]
+    key = token_key(harness_id)
     token = cache.get(key)
     if token is None:
-        cache.add(key, uuid.uuid4().hex, timeout=None)
-        token = cache.get(key) or ""  # "" (cache unavailable) never matches a stored token below
+        cache.add(key, _new_token(), timeout=None)
+        token = cache.get(key) or 0  # 0 (cache unavailable) never matches a stored token below
+    if known is not None and token:
+        known[harness_id] = token
     return token
 
 
 def routing_changed(harness_id: int) -> None:
     """Call inside the transaction that changes a harness's labels or experiments."""
     def replace() -> None:
-        cache.set(_token_key(harness_id), uuid.uuid4().hex, timeout=None)
+        cache.set(token_key(harness_id), _new_token(), timeout=None)
 
     replace()
     transaction.on_commit(replace)

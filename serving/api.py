@@ -5,21 +5,33 @@ import json
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from ninja import Router
-from ninja.errors import HttpError
+from ninja.errors import AuthenticationError, HttpError
 
 from console.schemas import errors, reject_unknown_query
+from harness.routing import tokens_read
 from harness.runtime import reply_chunks
 from serving import services
+from serving.admission import reply_admit
+from serving.auth import RememberedApiKeyAuth
 from serving.schemas import EventsIn, EventsOut, ReplyIn, ReplyOut
 
 router = Router(tags=["replies"])
 
 
-def _check_limits(request) -> None:
+def _admit(request, room_id: str, harness_name: str | None) -> dict[int, int]:
+    """Size, key and rate limit, with one Redis round trip; returns the routing tokens it read."""
     if len(request.body) > settings.REPLY_MAX_BODY_BYTES:
         raise HttpError(413, f"Request body is larger than {settings.REPLY_MAX_BODY_BYTES // 1024} KiB.")
-    if services.rate_limit_hit(key=f"key{request.api_key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE):
+    admission = reply_admit(key=f"key{request.api_key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
+                            harness_id=services.room_harness_hint(request.workspace.pk, room_id, harness_name))
+    if not admission.keys_generation or admission.keys_generation != request.key_generation:
+        # A key was revoked since this one was remembered (or the cache cannot say): ask the database.
+        key, request.key_generation = services.api_key_checked(request.key_token)
+        if key is None or key.pk != request.api_key.pk:
+            raise AuthenticationError()
+    if admission.over_limit:
         raise HttpError(429, f"Rate limit of {settings.REPLY_RATE_PER_MINUTE} replies per minute reached for this key.")
+    return admission.routing_tokens
 
 
 def _checked_backend(request, name: str | None) -> str | None:
@@ -53,20 +65,20 @@ SSE_RESPONSE = {"responses": {200: {"content": {"text/event-stream": {"schema": 
 
 
 @router.post("/rooms/{room_id}/reply", response={200: ReplyOut, **errors(400, 401, 403, 404, 413, 422, 429, 503)},
-             openapi_extra=SSE_RESPONSE)
+             openapi_extra=SSE_RESPONSE, auth=RememberedApiKeyAuth())
 def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
     """Answer a viewer. `?stream=1` answers with server-sent events: `delta` events, then one `final` event.
 
     Deltas are sent only after the harness's reply hooks accepted the reply.
     """
     reject_unknown_query(request, "stream")
-    _check_limits(request)
-    outcome = services.room_reply(
-        actor=request.actor, workspace=request.workspace, room_id=room_id, message=payload.message,
-        viewer_id=payload.viewer_id, recent_dialogue=[(t.role, t.text) for t in payload.recent_dialogue],
-        room_context=payload.room, harness_name=payload.harness, label=payload.label, version=payload.version,
-        backend_name=_checked_backend(request, payload.backend),
-    )
+    with tokens_read(_admit(request, room_id, payload.harness)):
+        outcome = services.room_reply(
+            actor=request.actor, workspace=request.workspace, room_id=room_id, message=payload.message,
+            viewer_id=payload.viewer_id, recent_dialogue=[(t.role, t.text) for t in payload.recent_dialogue],
+            room_context=payload.room, harness_name=payload.harness, label=payload.label, version=payload.version,
+            backend_name=_checked_backend(request, payload.backend),
+        )
     result, selection = outcome.result, outcome.selection
     body = {"reply": result.reply, "silent": result.silent, "trace_id": result.trace["trace_id"],
             "harness_version": selection.version.number, "arm": selection.arm, "latency_ms": result.latency_ms,
@@ -92,5 +104,5 @@ def ingest_events(request, payload: EventsIn):
 
     result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events)
     if result.accepted:
-        publish_experiment_updates(request.workspace)
+        publish_experiment_updates(result.running)
     return {"accepted": result.accepted, "duplicates": result.duplicates, "errors": result.errors}

@@ -1,7 +1,9 @@
 """Writes for API keys and rooms."""
 
+import copy
 import hashlib
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 
@@ -11,7 +13,15 @@ from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 
-from console.access import ADMIN, API_KEY_SCOPES, READ, Actor, require
+from console.access import (
+    ADMIN,
+    API_KEY_SCOPES,
+    READ,
+    Actor,
+    api_access_changed,
+    api_access_generation,
+    require,
+)
 from console.identifiers import check_identifier, identifier_problem
 from console.models import Workspace
 from console.services import audit_record
@@ -72,7 +82,49 @@ def api_key_revoke(*, actor: Actor, key: ApiKey) -> ApiKey:
         key.save(update_fields=["revoked_at"])
         audit_record(actor=actor, workspace=key.workspace, action="api_key.revoke", target_type="api_key",
                      target_id=key.pk, target_label=str(key), before={"active": True}, after={"active": False})
+        api_access_changed()
     return key
+
+
+# Remembered keys (the reply route) --------------------------------------------------------------------
+# The reply route authenticates from a per-process memo of token → key (and its workspace), each entry
+# tagged with the API-access generation read before the key was (console.access: every revocation and every
+# change of a workspace's tool hosts replaces it after its commit). The route reads the current generation in
+# its one Redis round trip (serving/admission.py); a changed one sends the request back to the database, so
+# a revoked key is refused by the first request after the revocation returns, in every process. Entries also
+# expire after KEY_MEMO_S, which bounds how long other changes to the workspace row (its name) go unseen.
+KEY_MEMO_S = 2.0
+_MEMO_MAX = 1024
+_key_memo: dict[str, tuple[float, int, ApiKey]] = {}  # token digest → (loaded at, generation, key)
+_key_memo_lock = threading.Lock()
+
+
+def api_key_remembered(token: str) -> tuple[ApiKey | None, int]:
+    """The key of `token` and the generation it was checked under, from the memo when fresh; the caller must
+    compare that generation with the current one before trusting a remembered key (see above)."""
+    digest = _hash_secret(token)
+    hit = _key_memo.get(digest)
+    if hit is not None and time.monotonic() - hit[0] < KEY_MEMO_S:
+        key = copy.copy(hit[2])
+        key.workspace = copy.copy(hit[2].workspace)  # a request may change its own copy, never another's
+        return key, hit[1]
+    return api_key_checked(token)
+
+
+def api_key_checked(token: str) -> tuple[ApiKey | None, int]:
+    """The key of `token` from the database (remembered for the next requests) and the generation read first."""
+    digest = _hash_secret(token)
+    generation = api_access_generation()
+    key = api_key_authenticate(token)
+    with _key_memo_lock:
+        _key_memo.pop(digest, None)
+        if key is not None and generation:
+            if len(_key_memo) >= _MEMO_MAX:
+                _key_memo.clear()
+            remembered = copy.copy(key)
+            remembered.workspace = copy.copy(key.workspace)
+            _key_memo[digest] = (time.monotonic(), generation, remembered)
+    return key, generation
 
 
 def api_key_authenticate(token: str) -> ApiKey | None:
@@ -141,6 +193,23 @@ def _harness_for(workspace: Workspace, room: Room | None, name: str | None) -> H
     raise ReplyRequestError("Name the harness: this room has none assigned and the workspace has several.")
 
 
+_room_harness: dict[tuple[int, str, str | None], int] = {}
+
+
+def _remember_room_harness(workspace_id: int, room_id: str, harness_name: str | None, harness_id: int) -> None:
+    key = (workspace_id, room_id, harness_name)
+    if _room_harness.get(key) != harness_id:
+        if len(_room_harness) >= 4096:
+            _room_harness.clear()
+        _room_harness[key] = harness_id
+
+
+def room_harness_hint(workspace_id: int, room_id: str, harness_name: str | None) -> int | None:
+    """The harness that last answered this room here: the reply route reads its routing token in advance
+    (a wrong or missing hint only costs the route one more cache read)."""
+    return _room_harness.get((workspace_id, room_id, harness_name))
+
+
 def room_reply(
     *, actor: Actor, workspace: Workspace, room_id: str, message: str, viewer_id: str,
     recent_dialogue: list[tuple[str, str]] | None = None, room_context: dict | None = None,
@@ -157,6 +226,7 @@ def room_reply(
     if context is None:
         raise Http404(f"No room “{room_id}” in this workspace; send its context with the request.")
     harness = _harness_for(workspace, room, harness_name)
+    _remember_room_harness(workspace.pk, room_id, harness_name, harness.pk)
     if spec_override is not None:
         selection, spec = None, spec_override
     else:

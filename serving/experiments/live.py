@@ -73,9 +73,9 @@ def publish_experiment(experiment: Experiment) -> None:
     transaction.on_commit(lambda: _schedule(experiment_id))
 
 
-def publish_experiment_updates(workspace) -> None:
-    for experiment_id in Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING
-                                                   ).values_list("pk", flat=True):
+def publish_experiment_updates(experiment_ids: list[int]) -> None:
+    """After an ingest: publish the experiments that were running during it (`IngestResult.running`)."""
+    for experiment_id in experiment_ids:
         transaction.on_commit(lambda experiment_id=experiment_id: _schedule(experiment_id))
 
 

@@ -203,6 +203,24 @@ def test_text_the_database_cannot_store_is_that_items_error(setup):
     assert list(Event.objects.values_list("event_id", flat=True)) == [good["event_id"]]
 
 
+def test_text_with_copy_separators_and_backslashes_is_stored_as_sent(setup):
+    """The batch goes in as one COPY text payload: tabs, newlines, carriage returns and backslashes in the
+    text are escaped, so each value is stored exactly and the views still reach their viewer."""
+    experiment, post = setup
+    viewer = "tab\tnew\nline\\N back\\slash\rcr"
+    reply(post, viewer)
+    events = _views([viewer, viewer])
+    events[0]["event_id"], events[0]["item_id"] = "id\t1\\.", "L\n001"
+    events[1]["room_id"] = "demo-room\\"
+    body = post("/api/v1/events", {"events": events}).json()
+    assert (body["accepted"], body["errors"]) == (2, [])
+    stored = {e.event_id: e for e in Event.objects.filter(workspace=experiment.workspace)}
+    assert stored.keys() == {events[0]["event_id"], events[1]["event_id"]}
+    assert stored["id\t1\\."].item_id == "L\n001" and stored["id\t1\\."].viewer_id == viewer
+    assert stored[events[1]["event_id"]].room_id == "demo-room\\"
+    assert Exposure.objects.get(experiment=experiment, viewer_id=viewer).ipv == 2
+
+
 def test_a_failure_while_folding_writes_nothing(setup, monkeypatch):
     from console.access import Actor
     from serving.experiments import services

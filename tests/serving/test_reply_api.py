@@ -145,3 +145,57 @@ def test_real_offline_model_answers_through_the_api(api, settings):
         assert trace.backend == "local" and trace.data["tokens_in"] > 200  # the harness prompt really went in
         # The tiny model rarely satisfies every hook; a bounded retry then the fallback is the expected path.
         assert body["outcome"] in ("replied", "fallback", "deadline") and (body["reply"] or body["silent"])
+
+
+@pytest.mark.django_db(transaction=True)  # as served: autocommit, so the lone trace insert needs no BEGIN/COMMIT
+def test_a_reply_asks_the_database_twice_and_redis_once(api, settings):
+    """The hot path once warm: the room and the trace insert; the rate limit, the API-access generation and
+    the routing token in one Redis round trip (the key and the label resolution are remembered)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from redis.client import Redis
+
+    settings.SCRIPTED_STEPS = ["hi"]
+    assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 200
+    commands, real = [], Redis.execute_command
+
+    def counted(self, *argv, **kwargs):
+        commands.append(argv[0])
+        return real(self, *argv, **kwargs)
+
+    Redis.execute_command = counted
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 200
+    finally:
+        Redis.execute_command = real
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT", "INSERT"]
+    assert commands == ["EVALSHA"]
+
+
+def test_a_key_revoked_by_another_process_is_refused_at_the_next_reply(api, settings, workspace):
+    """This process remembers the key; another process revokes it (simulated: the row changed behind this
+    process's back and the API-access generation replaced, as its api_key_revoke does after commit)."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from console.access import API_ACCESS_GENERATION
+    from serving.models import ApiKey
+
+    settings.SCRIPTED_STEPS = ["hi"]
+    assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 200
+    ApiKey.objects.filter(workspace=workspace, name="platform").update(revoked_at=timezone.now())
+    assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 200  # remembered
+    cache.set(API_ACCESS_GENERATION, 12345, timeout=None)
+    refused = api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"})
+    assert refused.status_code == 401
+
+
+def test_a_key_revoked_here_is_refused_at_once(api, settings, workspace):
+    from serving.models import ApiKey
+    from serving.services import api_key_revoke
+
+    settings.SCRIPTED_STEPS = ["hi"]
+    assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 200
+    api_key_revoke(actor=Actor.system("t"), key=ApiKey.objects.get(workspace=workspace, name="platform"))
+    assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 401

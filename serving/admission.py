@@ -1,0 +1,70 @@
+"""Admitting a reply request in one Redis round trip: its key's per-minute rate limit, the API-access
+generation (console.access; see `services.api_key_remembered`) and the routing token of the harness that will
+probably answer (`harness.routing`), read together by one Lua script instead of five cache commands.
+
+Without Redis (embedded mode: one process, Django's local-memory cache) the same answers come from the
+cache one by one.
+"""
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.core.cache import cache
+
+from console.access import API_ACCESS_GENERATION
+from harness import routing
+
+# SET NX + INCR is what Django's cache.add + cache.incr did, without the eviction race between them.
+_ADMIT = """
+redis.call('SET', KEYS[1], 0, 'NX', 'EX', ARGV[1])
+local out = {redis.call('INCR', KEYS[1])}
+for i = 2, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
+return out
+"""
+WINDOW_TIMEOUT_S = 90  # a one-minute window's counter outlives its minute a little
+
+_client_lock = threading.Lock()
+_script = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    over_limit: bool
+    keys_generation: int  # 0: unknown
+    routing_tokens: dict[int, int] = field(default_factory=dict)  # harness id → token, for routing.tokens_read
+
+
+def _redis_script():
+    """One client and one registered script per process. Django's Redis cache builds a new client (and
+    copies its table of response callbacks) for every command, which cost more CPU than the commands."""
+    global _script
+    if _script is None:
+        import redis
+
+        with _client_lock:
+            if _script is None:
+                _script = redis.Redis.from_url(settings.REDIS_URL).register_script(_ADMIT)
+    return _script
+
+
+def _number(raw) -> int:
+    """An integer the cache stored as plain digits; 0 for anything else (missing, or an older pickled value)."""
+    return int(raw) if raw is not None and raw.isdigit() else 0
+
+
+def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> Admission:
+    """Count this request in `key`'s window of the current minute and read what the reply route needs."""
+    window = int(time.time() // 60)
+    counter = f"ratelimit:{key}:{window}"
+    if not getattr(settings, "REDIS_URL", None):
+        from serving.services import rate_limit_hit
+
+        return Admission(over_limit=rate_limit_hit(key=key, limit_per_minute=limit_per_minute),
+                         keys_generation=cache.get(API_ACCESS_GENERATION) or 0)
+    names = [counter, API_ACCESS_GENERATION] + ([routing.token_key(harness_id)] if harness_id is not None else [])
+    count, generation, *token = _redis_script()(keys=[cache.make_key(name) for name in names],
+                                                 args=[WINDOW_TIMEOUT_S])
+    tokens = {harness_id: _number(token[0])} if token and _number(token[0]) else {}
+    return Admission(over_limit=count > limit_per_minute, keys_generation=_number(generation), routing_tokens=tokens)
