@@ -33,7 +33,7 @@ def _clean(value: Any) -> Any:
 
 
 def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | None, version_id: int | None) -> Trace:
-    if "\\u0000" in json.dumps(data):  # the C encoder finds a NUL (escaped so) faster than walking the trace
+    if "\\u0000" in json.dumps(data, default=str):  # the C encoder finds a NUL (escaped so) faster than a walk
         data = _clean(data)
     return Trace(
         workspace_id=workspace_id, trace_id=data["trace_id"], source=source, room_id=data["input"]["room_id"][:100],
