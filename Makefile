@@ -56,8 +56,8 @@ test: lint
 	$(BIN)/pytest
 
 # Reproduce the embedded default model on this machine's CPU: HSA-SFT alone, trained as in the HAT reproduction
-# (docs/hat-reproduction.md) on 280 rows and judged on the same sets (docs/default-model.md; 70 min training on one
-# core and ~15 min judging on 2026-12-01); its adapter is copied to training/default_model/ when it passes the
+# (docs/hat-reproduction.md) on 280 rows and judged on the same sets (docs/default-model.md; 66 min training on one
+# core and 40 min judging on 2 cores on 2026-12-01); its adapter is copied to training/default_model/ when it passes the
 # shipping rule, for `make run` to build. `make hat-experiment` reruns the whole five-arm reproduction (~90 min).
 train-default: install
 	$(BIN)/python benchmarks/hat_experiment.py --default-candidate --model smollm2 --cases 100 --train-examples 280 \

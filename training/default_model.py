@@ -152,6 +152,6 @@ def ship_decision(result: dict, arm: str = SHIPPABLE_ARM) -> tuple[bool, str]:
     correct = round(scores["fixed"] * scores["n"]["fixed"])
     wrong = scores.get("wrong_answers", {}).get("fixed")
     if wrong is None or wrong >= correct:
-        return False, (f"{arm} beats the base ({scores['fixed']} vs {base['fixed']}) but its answers are wrong as "
+        return False, (f"{arm} beats the base ({scores['fixed']} vs {base['fixed']}) but its answers are wrong at least as "
                        f"often as right: {correct} correct vs {wrong} wrong replies of {scores['n']['fixed']} turns")
     return True, f"{arm}: {correct} correct vs {wrong} wrong replies of {scores['n']['fixed']}; base {base['fixed']}"

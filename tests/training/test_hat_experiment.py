@@ -152,6 +152,8 @@ def test_default_candidate_trains_hsa_sft_alone_at_toy_scale(tmp_path):
     again = run_default_candidate(config, Quiet(), base_scores=earlier)
     assert again["arms"]["base"]["fixed"] == 0.5 and again["arms"]["base"]["judged_in"]
     assert again["arms"]["hsa_sft"]["model_dir"] == result["arms"]["hsa_sft"]["model_dir"]
+    assert again["training"] == result["training"] and result["training"]["num_tokens"] > 0
+    assert "eval_base" not in again["timings_s"]  # the base was not judged by this call
     assert "judged in an earlier run" in render_default_markdown(again, "x")
 
 

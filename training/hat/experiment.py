@@ -441,6 +441,8 @@ def run_default_candidate(config: ExperimentConfig, reporter: Reporter,
         "arms": {arm: arms[arm] for arm in ("base", "hsa_sft")},
         "train_tokens": {"hsa_sft": split["hsa_tokens"], "hsa_sft_rows": split["hsa_rows"]},
         "steps": {"hsa_sft": raw["stages"][0]["config"]["max_steps"]},
+        # the stage's own record (also when this call resumed a stage trained earlier)
+        "training": {key: result.metrics.get(key) for key in ("num_tokens", "tokens_per_s", "first_loss", "loss")},
         "harness": {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
                     "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)},
         "lineage": {"excluded_eval_sets": {k: len(v) for k, v in data.exclude.items()},
@@ -451,7 +453,8 @@ def run_default_candidate(config: ExperimentConfig, reporter: Reporter,
                                                         "checked_disjoint": result.data_lineage["checked_disjoint"]}},
                     "disjoint": disjointness(data, split, set(result.harness_hashes))},
         "config": asdict(config),
-        "timings_s": {**timings, **{f"eval_{arm}": arms[arm].get("eval_s", 0.0) for arm in arms}},
+        "timings_s": {**timings, **{f"eval_{arm}": arms[arm].get("eval_s", 0.0) for arm in arms
+                                    if arm != "base" or base_scores is None}},
         "wall_s": round(time.monotonic() - started, 1),
     }
 

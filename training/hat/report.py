@@ -169,9 +169,19 @@ def render_default_markdown(result: dict[str, Any], decision: str, notes: str = 
         f"checked it; {result['lineage']['skipped_near_duplicates']} eval cases skipped as near-duplicates of training.",
         _tuning_line(result["config"]),
         _eval_line(result["config"]),
-        f"- Timings (s): {', '.join(f'{k} {v}' for k, v in result['timings_s'].items())}.",
+        _training_line(result.get("training") or {}),
+        f"- Timings of this run (s; a stage trained by an earlier run of the command counts ~0): "
+        f"{', '.join(f'{k} {v}' for k, v in result['timings_s'].items())}.",
         "",
     ]
     if notes:
         lines += [notes.rstrip(), ""]
     return "\n".join(lines)
+
+
+def _training_line(training: dict[str, Any]) -> str:
+    if not training.get("tokens_per_s"):
+        return "- Training: no record."
+    return (f"- Training (the stage's record): {training['num_tokens']:.0f} tokens at {training['tokens_per_s']:.1f} "
+            f"tokens/s (≈ {training['num_tokens'] / training['tokens_per_s'] / 60:.0f} min), loss "
+            f"{training['first_loss']:.3f} → {training['loss']:.3f}.")
