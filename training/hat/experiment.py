@@ -366,7 +366,6 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
                 watcher.checkpoint(result, quiet=True)
         arms = evaluations.results()
         paired = paired_comparisons(evaluations.raw(), seed=config.seed)
-    trained_hashes = {h for result in (*results["fixed"], *results["hat"]) for h in result.harness_hashes}
     hat_results = results["hat"]
     return {
         "model": config.base,
@@ -381,21 +380,13 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
         "steps": {"fixed_sft": configs["fixed"]["stages"][0]["config"]["max_steps"],
                   "hsa_sft": configs["hat"]["stages"][0]["config"]["max_steps"],
                   "opd": config.opd_steps, "rl": config.rl_steps},
-        "harness": {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
-                    "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)},
+        "harness": _harness_info(data, tokenizer),
         "heldout_edits": [{"case_id": v.case.case_id, "variant": v.label, "harness_hash": v.spec.content_hash,
                            "skills": dict(v.mapping.skills), "tools": dict(v.mapping.tools),
                            "late_skill": v.late_skill,
                            "settings": {k: list(pair) for k, pair in v.mapping.settings.items()}}
                           for v in data.heldout],
-        "lineage": {"excluded_eval_sets": {k: len(v) for k, v in data.exclude.items()},
-                    "checked_by_pipeline_guard": True,
-                    "skipped_near_duplicates": data.skipped_near_duplicates,
-                    "stages": {f"{name}:{r.stage}": {"cases": r.data_lineage["cases"],
-                                                      "cases_digest": r.data_lineage["cases_digest"],
-                                                      "checked_disjoint": r.data_lineage["checked_disjoint"]}
-                               for name, rs in results.items() for r in rs},
-                    "disjoint": disjointness(data, split, trained_hashes)},
+        "lineage": _lineage(data, split, {f"{name}:{r.stage}": r for name, rs in results.items() for r in rs}),
         "config": asdict(config),
         "timings_s": timings,
         "wall_s": round(time.monotonic() - started, 1),
@@ -443,20 +434,29 @@ def run_default_candidate(config: ExperimentConfig, reporter: Reporter,
         "steps": {"hsa_sft": raw["stages"][0]["config"]["max_steps"]},
         # the stage's own record (also when this call resumed a stage trained earlier)
         "training": {key: result.metrics.get(key) for key in ("num_tokens", "tokens_per_s", "first_loss", "loss")},
-        "harness": {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
-                    "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)},
-        "lineage": {"excluded_eval_sets": {k: len(v) for k, v in data.exclude.items()},
-                    "checked_by_pipeline_guard": True,
-                    "skipped_near_duplicates": data.skipped_near_duplicates,
-                    "stages": {f"hat:{result.stage}": {"cases": result.data_lineage["cases"],
-                                                        "cases_digest": result.data_lineage["cases_digest"],
-                                                        "checked_disjoint": result.data_lineage["checked_disjoint"]}},
-                    "disjoint": disjointness(data, split, set(result.harness_hashes))},
+        "harness": _harness_info(data, tokenizer),
+        "lineage": _lineage(data, split, {f"hat:{result.stage}": result}),
         "config": asdict(config),
         "timings_s": {**timings, **{f"eval_{arm}": arms[arm].get("eval_s", 0.0) for arm in arms
                                     if arm != "base" or base_scores is None}},
         "wall_s": round(time.monotonic() - started, 1),
     }
+
+
+def _harness_info(data: Data, tokenizer: Any) -> dict[str, Any]:
+    return {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
+            "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)}
+
+
+def _lineage(data: Data, split: dict[str, Any], stages: dict[str, Any]) -> dict[str, Any]:
+    """What kept the eval sets out of training, per trained stage (`stages`: name → stage result)."""
+    trained_hashes = {h for result in stages.values() for h in result.harness_hashes}
+    return {"excluded_eval_sets": {k: len(v) for k, v in data.exclude.items()},
+            "checked_by_pipeline_guard": True,
+            "skipped_near_duplicates": data.skipped_near_duplicates,
+            "stages": {name: {key: r.data_lineage[key] for key in ("cases", "cases_digest", "checked_disjoint")}
+                       for name, r in stages.items()},
+            "disjoint": disjointness(data, split, trained_hashes)}
 
 
 ARM_STAGES = {"fixed_sft": ("fixed", "00-sft"), "hsa_sft": ("hat", "00-sft"), "hsa_sft_opd": ("hat", "01-opd"),
