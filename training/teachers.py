@@ -4,9 +4,12 @@ A teacher is a `ModelBackend` for one case (`teacher_for(name, case, config)`), 
 produced by the same runtime (`harness.runtime.run_turn`) that serves viewers: hooks, tools, retries
 and the deadline all apply to the teacher exactly as they will to the trained model.
 
-- `oracle`: acts from the simulator's ground truth, offline and deterministic. It calls the expected
-  tools (arguments from the case, required free-text fields from the viewer's message), loads the
-  first expected reply skill, then replies with the expected facts. It reads every name from the case
+- `oracle`: acts from the simulator's ground truth, offline and deterministic. It loads the first
+  expected reply skill (as the system prompt asks, so the skill's body names the tool to call), calls
+  the expected tools (arguments from the case, required free-text fields from the viewer's message),
+  then replies with the expected facts, each after the name of the tool-result field it came from
+  ("price 88"): a small model learns to copy a value after its key far more reliably than to pick
+  an unnamed number out of a JSON object. It reads every name from the case
   it is given, so a case rewritten through an HSA mapping (`HsaMapping.rewrite_case`) makes it call
   the tools and skills by their augmented names. With `mistake_rate` > 0 it sometimes replies before
   loading a skill, so the harness's require-a-skill hook answers with feedback and the trajectory
@@ -84,9 +87,6 @@ class OracleBackend:
                        for m in messages)
         schemas = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
         if tool_choice != "none":
-            pending = [call for call in self._tool_calls(schemas) if (call.name, call.arguments) not in made]
-            if pending:
-                return ModelResponse(tool_calls=tuple(pending), tokens_out=20 * len(pending))
             skill = expected.skills[0] if expected.skills else None
             loaded = any(name == LOAD_SKILL for name, _ in made)
             skip_skill = self.mistake and not feedback  # the deliberate slip the hook should catch
@@ -94,7 +94,10 @@ class OracleBackend:
                 call = ToolCall(id=f"oracle_{self.calls}_skill", name=LOAD_SKILL,
                                 arguments=json.dumps({"name": skill}))
                 return ModelResponse(tool_calls=(call,), tokens_out=12)
-        reply = self._reply()
+            pending = [call for call in self._tool_calls(schemas) if (call.name, call.arguments) not in made]
+            if pending:
+                return ModelResponse(tool_calls=tuple(pending), tokens_out=20 * len(pending))
+        reply = self._reply(_tool_results(messages))
         return ModelResponse(content=reply, tokens_out=len(reply.split()))
 
     def _tool_calls(self, schemas: Mapping[str, Mapping[str, Any]]) -> list[ToolCall]:
@@ -124,13 +127,49 @@ class OracleBackend:
                 arguments[field] = self.case.message[:200]
         return arguments
 
-    def _reply(self) -> str:
+    def _reply(self, results: list[Any]) -> str:
         facts = list(self.case.expected.facts)
         if facts:
-            return f"Here's what I found: {', '.join(facts)}."
+            return "Here's what I found: " + ", ".join(_labelled(fact, results) for fact in facts) + "."
         if self.case.meta.get("expects_question"):
             return "Which item do you mean? Tell me the link number and I'll check it for you."
         return "Thanks for watching! Ask me anything about the items in the stream."
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[Any]:
+    """The JSON tool results of a turn (a loaded skill's body is text and is left out)."""
+    results = []
+    for message in messages:
+        if message.get("role") != "tool":
+            continue
+        try:
+            results.append(json.loads(str(message.get("content"))))
+        except ValueError:
+            continue
+    return results
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _fields(value: Any, key: str = "") -> list[tuple[str, Any]]:
+    """(field name, scalar value) pairs of a JSON value, depth first; list items keep their list's name."""
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in _fields(v, str(k))]
+    if isinstance(value, list):
+        return [pair for item in value for pair in _fields(item, key)]
+    return [(key, value)] if key and value is not None and not isinstance(value, bool) else []
+
+
+def _labelled(fact: str, results: list[Any]) -> str:
+    """`fact` after the name of the first tool-result field that holds exactly it; bare when none does
+    (a fact quoted from inside a text, such as an FAQ answer, has no field name worth saying)."""
+    keys = [key for result in results for key, value in _fields(result)
+            if _scalar_text(value).lower() == fact.lower()]
+    return f"{keys[0].replace('_', ' ')} {fact}" if keys else fact
 
 
 def _calls_made(messages: list[dict[str, Any]]) -> set[tuple[str, str]]:

@@ -69,16 +69,42 @@ def test_strip_retries_cuts_the_rejected_reply_with_its_feedback():
     assert [m["content"] for m in strip_retries(messages)] == ["s", "hi", None, "body", "hello"]
 
 
-def test_the_oracle_reads_names_from_the_case_it_is_given(mini_spec, mini_cases):
+def _call_message(response):
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                           for c in response.tool_calls]}
+
+
+def test_the_oracle_loads_the_skill_first_then_calls_tools_by_the_names_of_the_case_it_is_given(mini_spec,
+                                                                                                 mini_cases):
     import asyncio
 
     augmentation = augment(mini_spec, HsaConfig.only("tool_definitions", rename_tool_p=1.0), seed=3)
     case = augmentation.mapping.rewrite_case(next(c for c in mini_cases if c.expected.tools))
     from harness.spec import openai_tools
 
-    response = asyncio.run(teacher_for("oracle", case).complete(
-        [{"role": "user", "content": case.message}], openai_tools(augmentation.spec)))
-    assert [c.name for c in response.tool_calls] == [augmentation.mapping.tool("get_product_info_by_link_id")]
+    teacher, tools = teacher_for("oracle", case), openai_tools(augmentation.spec)
+    messages = [{"role": "user", "content": case.message}]
+    first = asyncio.run(teacher.complete(messages, tools))
+    assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [
+        ("load_skill", {"name": case.expected.skills[0]})]
+    messages += [_call_message(first), {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "body"}]
+    second = asyncio.run(teacher.complete(messages, tools))
+    assert [c.name for c in second.tool_calls] == [augmentation.mapping.tool("get_product_info_by_link_id")]
+
+
+def test_the_oracle_names_the_field_each_fact_came_from(mini_cases):
+    import asyncio
+
+    case = next(c for c in mini_cases if c.expected.tools)
+    case = Case.from_dict({**case.to_dict(), "expected": {**case.to_dict()["expected"], "facts": ["88", "wool"]}})
+    messages = [{"role": "user", "content": case.message},
+                {"role": "tool", "tool_call_id": "1", "content": "Call the tool."},
+                {"role": "tool", "tool_call_id": "2",
+                 "content": json.dumps({"price": 88.0, "stock": 20, "promo_price": None, "specs": {"care": "wool wash"}})}]
+    reply = asyncio.run(teacher_for("oracle", case).complete(messages, [], tool_choice="none")).content
+    # 88 is the price field exactly; "wool" only occurs inside a text, so it stays bare
+    assert reply == "Here's what I found: price 88, wool."
 
 
 def test_content_hash_ignores_ids_and_lineage_refuses_eval_cases(mini_cases):
