@@ -12,7 +12,7 @@ COPY console/frontend console/frontend
 RUN npm run build && npm prune --omit=dev
 
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HARNESSOPS_MODE=production
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HARNESSOPS_MODE=production WEB_CONCURRENCY=2
 WORKDIR /app
 COPY . .
 COPY --from=frontend /app/node_modules node_modules
@@ -24,4 +24,4 @@ RUN pip install --no-cache-dir -e ".${EXTRAS}" \
  && DJANGO_SECRET_KEY=build DJANGO_ALLOWED_HOSTS=build DATABASE_URL=sqlite:////tmp/build.db \
     REDIS_URL=redis://build:6379/0 DJANGO_STATIC_ROOT=/app/staticfiles python manage.py collectstatic --noinput
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]
+CMD ["uvicorn", "console.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--loop", "uvloop", "--http", "httptools", "--ws", "websockets", "--no-access-log"]

@@ -1,4 +1,6 @@
-"""A throw-away embedded workspace for benchmarks: SQLite in a temp dir, migrated and seeded with the demo."""
+"""Throw-away workspaces for benchmarks, migrated and seeded with the demo: embedded (SQLite in a temp dir,
+in-process jobs) or deployed (a fresh database `<DATABASE_URL's>_bench_api` and the REDIS_URL of the
+environment: what a production server runs on)."""
 
 import os
 import subprocess
@@ -10,12 +12,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def embedded_workspace(**env_extra: str) -> tuple[Callable[..., str], dict]:
+def embedded_workspace(*, deployed: bool = False, **env_extra: str) -> tuple[Callable[..., str], dict]:
     """Returns `manage(*argv) -> stdout` bound to a fresh workspace, and that workspace's environment."""
     env = {**os.environ, "HARNESSOPS_VAR_DIR": tempfile.mkdtemp(prefix="harnessops-bench-"),
            "HARNESSOPS_ADMIN_PASSWORD": "bench-password-1", **env_extra}
-    for name in ("DATABASE_URL", "REDIS_URL"):  # embedded: SQLite, in-process jobs
-        env.pop(name, None)
+    if deployed:
+        if not (env.get("DATABASE_URL") and env.get("REDIS_URL")):
+            raise SystemExit("--deployed needs DATABASE_URL (PostgreSQL) and REDIS_URL")
+        env["DATABASE_URL"] = _fresh_database(env["DATABASE_URL"], "bench_api")
+        # Kept connections, as production keeps them (production settings refuse the scripted model).
+        env["DATABASE_CONN_MAX_AGE"] = "60"
+    else:
+        for name in ("DATABASE_URL", "REDIS_URL"):  # embedded: SQLite, in-process jobs
+            env.pop(name, None)
 
     def manage(*argv: str) -> str:
         done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *argv], env=env, cwd=ROOT,
@@ -32,3 +41,14 @@ def embedded_workspace(**env_extra: str) -> tuple[Callable[..., str], dict]:
 def last_line(output: str) -> str:
     """`manage.py shell -c` prints a banner first; the value is on the last line."""
     return output.strip().splitlines()[-1]
+
+
+def _fresh_database(url: str, suffix: str) -> str:
+    import psycopg
+
+    server, name = url.rsplit("/", 1)
+    fresh = f"{name.split('?')[0]}_{suffix}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{fresh}"')
+    return f"{server}/{fresh}"

@@ -13,7 +13,7 @@ ingest must fold into an exposure and a rollup (the most work an event can cause
    batch size, each batch followed by raw COPY of a twin batch (same rows, fresh ids, tuples built
    beforehand, one transaction a batch, one connection), so both see the same load; the ratio is the sum of
    COPY times over the sum of ingest times. Batches above the API's 1,000 are in-process only.
-2. POST /api/v1/events through a Daphne server (batches of 1,000, `--concurrency` clients, bodies encoded
+2. POST /api/v1/events through an ASGI server (`--server`, `--workers`; batches of 1,000, `--concurrency` clients, bodies encoded
    beforehand), in rounds alternating with raw COPY of as many rows.
 3. The table is filled through `events_ingest` (batches of 1,000, so the rollups are what ingest made) and
    the dashboard snapshot (`experiment_snapshot`, median of 7) is timed at each of --snapshot-at events.
@@ -49,6 +49,9 @@ def main() -> None:
     parser.add_argument("--rows-per-size", type=int, default=20_000)
     parser.add_argument("--api-batches", type=int, default=40, help="0 skips the API")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--server", default="uvicorn", choices=["daphne", "uvicorn"],
+                        help="the ASGI server the API is measured under (benchmarks/servers.py)")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn processes (daphne: 1)")
     parser.add_argument("--snapshot-at", type=int, nargs="*", default=[100_000, 1_000_000, 10_000_000])
     args = parser.parse_args()
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -62,6 +65,7 @@ def main() -> None:
         admin.execute(f"CREATE DATABASE {DB}")
     url = f"{server_url}/{DB}"
     env = {**os.environ, "DATABASE_URL": url, "HARNESSOPS_ADMIN_PASSWORD": "bench-pass-1",
+           "DATABASE_CONN_MAX_AGE": "60",
            "HARNESSOPS_MODEL_BACKEND": "scripted", "HARNESSOPS_SCRIPTED_STEPS": '["hi"]',
            "HARNESSOPS_LIVE_JUDGE_RATE": "0", "DJANGO_SETTINGS_MODULE": "console.settings"}
     env.pop("REDIS_URL", None)
@@ -82,7 +86,7 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f} at start; {args.viewers:,} exposed viewers over {args.exposure_minutes} min")
     sent = _scaling(url, workspace, viewers, args.sizes, args.rows_per_size)
     if args.api_batches:
-        sent += _api(url, workspace, viewers, args.api_batches, args.concurrency, env)
+        sent += _api(url, workspace, viewers, args.api_batches, args.concurrency, env, args.server, args.workers)
     _snapshots(url, workspace, experiment, viewers, sent, args.snapshot_at)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
@@ -189,29 +193,23 @@ def _scaling(url, workspace, viewers, sizes, rows_per_size) -> int:
     return sent
 
 
-def _api(url, workspace, viewers, batches, concurrency, env) -> int:
-    import httpx
+def _api(url, workspace, viewers, batches, concurrency, env, server_name, workers) -> int:
     import psycopg
+    import servers as asgi
 
     from console.access import Actor
     from serving.services import api_key_create
 
     token = api_key_create(actor=Actor.system("bench"), workspace=workspace, name="bench", scopes=["ingest"])[1]
     port = 8700 + os.getpid() % 200
-    daphne = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = asgi.start(server_name, port, workers=workers, env=env, cwd=ROOT)
     rounds = max(1, batches // 10)
     api_s = copy_s = 0.0
     try:
-        for _ in range(100):
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        # Warm-up, untimed: the first request imports what the view and the snapshot publisher need.
-        warm = json.dumps({"events": _batch(viewers, 0, 1000, datetime.now(UTC).isoformat())}).encode()
-        asyncio.run(_post(port, token, [warm], 1))
+        # Warm-up, untimed: a worker's first request imports what the view and the snapshot publisher need.
+        warm = [json.dumps({"events": _batch(viewers, 0, 1000, datetime.now(UTC).isoformat())}).encode()
+                for _ in range(2 * workers)]
+        asyncio.run(_post(port, token, warm, workers))
         with psycopg.connect(url) as conn:
             for r in range(rounds):
                 n = batches // rounds
@@ -222,10 +220,9 @@ def _api(url, workspace, viewers, batches, concurrency, env) -> int:
                 for events in payloads:
                     copy_s += _copy_rows(conn, _twin_rows(workspace.pk, events))
     finally:
-        daphne.terminate()
-        daphne.wait()
+        asgi.stop(server)
     n = rounds * (batches // rounds) * 1000
-    print(f"\nPOST /api/v1/events (Daphne, one process; batches of 1,000; {concurrency} clients; {rounds} rounds "
+    print(f"\nPOST /api/v1/events ({asgi.label(server_name, workers)}; batches of 1,000; {concurrency} clients; {rounds} rounds "
           f"alternating with COPY): {n / api_s:,.0f} events/s, raw COPY of the same rows {n / copy_s:,.0f} rows/s, "
           f"ratio {copy_s / api_s:.2f}× COPY ({1000 * api_s / (n / 1000):.1f} ms a batch of wall time)")
     return n + 1000

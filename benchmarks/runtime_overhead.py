@@ -24,7 +24,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -181,44 +180,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-SERVERS = {
-    "daphne": lambda port: [str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"],
-    # uvicorn[standard]: uvloop event loop, httptools HTTP parser, websockets; one process, like Daphne here.
-    "uvicorn": lambda port: [sys.executable, "-m", "uvicorn", "console.asgi:application", "--port", str(port),
-                             "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"],
-}
-
-
-def bench_api(requests: int, servers: list[str]) -> None:
+def bench_api(requests: int, servers: list[str], workers: list[int], deployed: bool) -> None:
     import httpx
+    import servers as asgi
     from embedded import embedded_workspace, last_line
 
-    manage, env = embedded_workspace(HARNESSOPS_MODEL_BACKEND="scripted", HARNESSOPS_SCRIPTED_STEPS=json.dumps(STEPS),
+    manage, env = embedded_workspace(deployed=deployed, HARNESSOPS_MODEL_BACKEND="scripted",
+                                     HARNESSOPS_SCRIPTED_STEPS=json.dumps(STEPS),
                                      HARNESSOPS_REPLY_RATE_PER_MINUTE="1000000")
+    where = "PostgreSQL + Redis" if deployed else "SQLite"
     token = last_line(manage("shell", "-c",
                              "from console.access import Actor; from console.models import Workspace; "
                              "from serving.services import api_key_create; "
                              "print(api_key_create(actor=Actor.system('bench'), "
                              "workspace=Workspace.objects.get(slug='demo'), name='bench', scopes=['read'])[1])"))
-    for server_name in servers:
+    runs = [(name, n) for name in servers for n in (workers if name == "uvicorn" else [1])]
+    for server_name, processes in runs:
         if importlib.util.find_spec(server_name) is None:
-            print(f"API added latency, {server_name}: not installed here, skipped "
-                  f"(pip install 'uvicorn[standard]' to measure it)", flush=True)
+            print(f"API added latency, {server_name}: not installed here, skipped", flush=True)
+            continue
+        if processes > 1 and not deployed:
+            print(f"API added latency, {asgi.label(server_name, processes)}: skipped (several processes need "
+                  f"--deployed: SQLite takes one writer)", flush=True)
             continue
         port = free_port()
-        server = subprocess.Popen(SERVERS[server_name](port), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        server = asgi.start(server_name, port, workers=processes, env=env, cwd=ROOT)
         url = f"http://127.0.0.1:{port}/api/v1/rooms/demo-room/reply"
         try:
-            for _ in range(100):
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            else:
-                raise SystemExit(f"{server_name} did not answer on port {port} within 20 s")
-
             async def run(concurrency: int, count: int, url: str = url):
                 async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60,
                                              limits=httpx.Limits(max_connections=concurrency)) as client:
@@ -243,12 +231,12 @@ def bench_api(requests: int, servers: list[str]) -> None:
             for concurrency in (1, 32):
                 for count in (requests // 4, requests):  # the cost per request should not grow with the count
                     added, wall = asyncio.run(run(concurrency, count))
-                    print(f"API added latency, {server_name}, concurrency {concurrency:>2}, {count:>4} requests "
-                          f"(scripted model, SQLite): {count / wall:.0f} req/s, p50 {pct(added, 50):.1f} ms, "
+                    print(f"API added latency, {asgi.label(server_name, processes)}, concurrency {concurrency:>2}, "
+                          f"{count:>4} requests (scripted model, {where}): {count / wall:.0f} req/s, "
+                          f"p50 {pct(added, 50):.1f} ms, "
                           f"p99 {pct(added, 99):.1f} ms", flush=True)
         finally:
-            server.terminate()
-            server.wait(timeout=10)
+            asgi.stop(server)
 
 
 def bench_model() -> None:
@@ -279,12 +267,17 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--skip-api", action="store_true")
     parser.add_argument("--skip-model", action="store_true")
-    parser.add_argument("--servers", nargs="+", default=["daphne", "uvicorn"], choices=sorted(SERVERS),
-                        help="ASGI servers to measure the API under (uvicorn needs uvicorn[standard] installed)")
+    parser.add_argument("--servers", nargs="+", default=["daphne", "uvicorn"], choices=["daphne", "uvicorn"],
+                        help="ASGI servers to measure the API under (benchmarks/servers.py)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1],
+                        help="uvicorn processes to measure (more than one needs --deployed)")
+    parser.add_argument("--deployed", action="store_true",
+                        help="serve from PostgreSQL + Redis (DATABASE_URL, REDIS_URL; a fresh <db>_bench_api "
+                             "database) instead of the embedded SQLite workspace")
     parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     args = parser.parse_args()
     bench_runtime(args.turns)
     if not args.skip_api:
-        bench_api(args.requests, args.servers)
+        bench_api(args.requests, args.servers, args.workers, args.deployed)
     if not args.skip_model:
         bench_model()

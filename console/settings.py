@@ -99,12 +99,15 @@ TEMPLATES = [
 ]
 
 # Databases: DATABASE_URL wins; production requires it.
+# Connections are kept for DATABASE_CONN_MAX_AGE seconds (production 60; embedded 0, a new one a request).
 if PRODUCTION:
-    DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"), conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"),
+                                                  conn_max_age=env("DATABASE_CONN_MAX_AGE", 60, cast=int))}
 else:
     DATABASES = {
         "default": dj_database_url.parse(
-            env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'harnessops.sqlite3'}"), conn_max_age=0
+            env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'harnessops.sqlite3'}"),
+            conn_max_age=env("DATABASE_CONN_MAX_AGE", 0, cast=int),
         )
     }
 DATABASES["default"].setdefault("TEST", {})

@@ -1,5 +1,6 @@
-"""Real server processes for tests: Daphne and a Celery worker on this test's database and Redis,
-and logging a browser into them. Used by the tests that need websockets or a worker."""
+"""Real server processes for tests: Daphne, the deployed server (docker-compose.yml's web command) and a
+Celery worker on this test's database and Redis, and logging a browser into them. Used by the tests that
+need websockets or a worker."""
 
 import os
 import socket
@@ -83,6 +84,30 @@ def start_daphne(port: int | None = None, **extra) -> tuple[subprocess.Popen, st
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _up(base), 180, "daphne")  # its imports take minutes on a starved machine
+    except AssertionError:
+        stop(process)
+        raise
+    return process, base
+
+
+def deployed_server_argv(port: int) -> list[str]:
+    """docker-compose.yml's web command as written, on 127.0.0.1:`port` of this virtualenv."""
+    import yaml
+
+    argv = list(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["web"]["command"])
+    argv[argv.index("--host") + 1], argv[argv.index("--port") + 1] = "127.0.0.1", str(port)
+    return [str(BIN / argv[0]), *argv[1:]]
+
+
+def start_deployed(workers: int = 2, **extra) -> tuple[subprocess.Popen, str]:
+    """The server the image runs (uvicorn, `workers` processes), answering /healthz."""
+    port = free_port()
+    process = subprocess.Popen(deployed_server_argv(port), cwd=ROOT, env=child_env(WEB_CONCURRENCY=str(workers),
+                                                                                   **extra),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _up(base), 180, "the deployed server")
     except AssertionError:
         stop(process)
         raise

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from serving.vllm.profile import PROFILES
-from tests.live_servers import requires_services, start_daphne, stop
+from tests.live_servers import requires_services, start_deployed, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -216,9 +216,10 @@ def test_healthz_ignores_host_and_https_redirect(client, settings):
 @requires_services
 @pytest.mark.django_db(transaction=True)
 def test_compose_web_healthcheck_passes_under_production_settings():
-    """Daphne in production mode; the compose healthcheck command, as written, against it."""
-    daphne, base = start_daphne(HARNESSOPS_MODE="production", DJANGO_SECRET_KEY="s" * 60,
-                                DJANGO_ALLOWED_HOSTS="console.example.com")
+    """The deployed server (compose's web command: uvicorn, two processes) in production mode; the compose
+    healthcheck command, as written, against it."""
+    server, base = start_deployed(HARNESSOPS_MODE="production", DJANGO_SECRET_KEY="s" * 60,
+                                  DJANGO_ALLOWED_HOSTS="console.example.com")
     try:
         test = COMPOSE["services"]["web"]["healthcheck"]["test"]
         assert test[0] == "CMD" and test[1] == "python"
@@ -226,4 +227,11 @@ def test_compose_web_healthcheck_passes_under_production_settings():
         assert subprocess.run(command, capture_output=True, timeout=60).returncode == 0
         assert httpx.get(f"{base}/accounts/login/", timeout=60).status_code == 400  # the server really is in production mode
     finally:
-        stop(daphne)
+        stop(server)
+
+
+def test_the_image_and_compose_serve_with_the_same_command():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
+    assert cmd == COMPOSE["services"]["web"]["command"]
+    assert cmd[0] == "uvicorn" and "WEB_CONCURRENCY=2" in dockerfile

@@ -1,4 +1,5 @@
-"""The experiment dashboard live: Daphne with the Redis channel layer, a real Celery worker judging sampled
+"""The experiment dashboard live: the deployed server (compose's web command: uvicorn, two processes, so the
+reply, the events and the websocket may each land on a different one) with the Redis channel layer, a real Celery worker judging sampled
 traffic, events posted through the API, and headless Chromium watching the page update over its websocket."""
 
 import json
@@ -12,7 +13,7 @@ from harness import services as harness_services
 from serving.experiments.services import experiment_create, experiment_start
 from serving.models import Trace
 from serving.services import api_key_create, room_upsert
-from tests.live_servers import log_in, requires_services, start_daphne, start_worker, stop, wait_for
+from tests.live_servers import log_in, requires_services, start_deployed, start_worker, stop, wait_for
 from tests.serving.test_reply_api import ROOM
 
 pytestmark = [
@@ -37,7 +38,7 @@ def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_f
 
     # Every experiment reply is judged on the worker; the scripted model answers as the judge expects.
     env = {"HARNESSOPS_SCRIPTED_STEPS": json.dumps([VERDICT]), "HARNESSOPS_LIVE_JUDGE_RATE": "1"}
-    daphne, base = start_daphne(**env)
+    server, base = start_deployed(**env)
     worker = start_worker(**env)
     api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     try:
@@ -67,5 +68,5 @@ def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_f
     finally:
         api.close()
         stop(worker)
-        stop(daphne)
+        stop(server)
 

@@ -1,0 +1,49 @@
+"""The ASGI servers the benchmarks start, by name: the deployed one and the ones it was chosen against.
+
+`daphne` is one process (it has no workers); `uvicorn` runs `workers` processes with uvloop and httptools,
+as the Dockerfile and docker-compose.yml serve the product (WEB_CONCURRENCY workers).
+"""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def command(name: str, port: int, workers: int = 1) -> list[str]:
+    if name == "daphne":
+        if workers != 1:
+            raise SystemExit("daphne runs one process; measure workers with uvicorn")
+        return [str(Path(sys.executable).parent / "daphne"), "-p", str(port), "console.asgi:application"]
+    if name == "uvicorn":
+        return [sys.executable, "-m", "uvicorn", "console.asgi:application", "--port", str(port),
+                "--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--no-access-log",
+                "--log-level", "warning"]
+    raise SystemExit(f"unknown server {name!r}: daphne or uvicorn")
+
+
+def label(name: str, workers: int) -> str:
+    return f"{name}, {workers} process{'es' if workers > 1 else ''}"
+
+
+def start(name: str, port: int, *, workers: int = 1, env: dict, cwd: Path) -> subprocess.Popen:
+    """The server, answering /healthz (every worker imported: a few requests go round them)."""
+    server = subprocess.Popen(command(name, port, workers), env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    for _ in range(150):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).raise_for_status()
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        server.terminate()
+        raise SystemExit(f"{name} did not answer on port {port} within 30 s")
+    return server
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait(timeout=20)
