@@ -6,6 +6,7 @@ HTTPS redirect and before anything reads the Host header, so the probe works und
 It reveals nothing but "ok" or which dependency is down.
 """
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.db import DatabaseError, connection
 from django.http import JsonResponse
 
@@ -22,10 +23,28 @@ def healthz(request) -> JsonResponse:
 
 
 class HealthCheckMiddleware:
+    """Both sync and async, so that under ASGI a request that is not the probe stays on the event loop."""
+
+    sync_capable = async_capable = True
+
     def __init__(self, get_response):
         self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
     def __call__(self, request):
-        if request.path == HEALTH_PATH and request.method in ("GET", "HEAD"):
+        if self.is_async:
+            return self.__acall__(request)
+        if _is_probe(request):
             return healthz(request)
         return self.get_response(request)
+
+    async def __acall__(self, request):
+        if _is_probe(request):
+            return await sync_to_async(healthz)(request)
+        return await self.get_response(request)
+
+
+def _is_probe(request) -> bool:
+    return request.path == HEALTH_PATH and request.method in ("GET", "HEAD")

@@ -69,7 +69,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "console.health.HealthCheckMiddleware",  # first: container probes reach it over plain HTTP on 127.0.0.1
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the ASGI server itself, in both modes
+    "console.static_files.StaticFilesMiddleware",  # WhiteNoise: static files from the ASGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
