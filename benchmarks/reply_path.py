@@ -7,7 +7,10 @@ replies through Django's test client (the whole stack but the ASGI server: middl
 limit, routing, the turn with an instant scripted model, the trace write) and prints the SQL statements
 and Redis commands of one reply, then wall and CPU p50/p95 per request at growing request counts (the cost per
 request should not grow with the count). To compare checkouts in one sitting, run this script twice, the
-second time with `--root <other checkout>` (its code, this script).
+second time with `--root <other checkout>` (its code, this script). `--asgi` also calls the ASGI application
+(console.asgi) in process, as a server would, on one event loop: the test client runs the chain synchronously,
+so the difference is what Django's ASGI handler (middleware on the loop, the sync view in a thread, the turn
+back on the loop) adds before any server's HTTP parsing.
 """
 
 import argparse
@@ -33,6 +36,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, nargs="+", default=[50, 200])
     parser.add_argument("--profile", type=int, default=100, help="replies to profile (CPU time by package); 0: none")
     parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
+    parser.add_argument("--asgi", action="store_true", help="also through the ASGI application, in process")
     args = parser.parse_args()
     if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
         raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
@@ -81,23 +85,80 @@ def main() -> None:
                   for q in queries.captured_queries]
     print(f"one reply: {len(statements)} SQL statements ({', '.join(statements)}); "
           f"{len(commands)} Redis commands ({', '.join(commands)})")
+    asgi_reply = None
     for count in args.requests:
-        times, cpu = [], []
-        for i in range(count):
-            started, started_cpu = time.perf_counter(), time.process_time()
-            reply(i)
-            times.append((time.perf_counter() - started) * 1000)
-            cpu.append((time.process_time() - started_cpu) * 1000)
-        times.sort()
-        cpu.sort()
+        times, cpu = timed(reply, count)
         # CPU time of this process (the request's Python, not PostgreSQL's or Redis's): steadier than wall
         # time on a loaded machine.
         print(f"{count:>5} replies in process: wall p50 {times[len(times) // 2]:.1f} ms, "
               f"p95 {times[int(len(times) * 0.95)]:.1f} ms; CPU p50 {cpu[len(cpu) // 2]:.2f} ms, "
               f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
 
+        if args.asgi:
+            asgi_reply = asgi_reply or warmed(asgi_client(token))
+            times, cpu = timed(asgi_reply, count, offset=60_000)
+            print(f"{count:>5} replies through the ASGI app: wall p50 {times[len(times) // 2]:.1f} ms, "
+                  f"p95 {times[int(len(times) * 0.95)]:.1f} ms; CPU p50 {cpu[len(cpu) // 2]:.2f} ms, "
+                  f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
+
     if args.profile:
         profile_replies(reply, args.profile)
+
+
+def warmed(reply):
+    for i in range(20):
+        reply(50_000 + i)
+    return reply
+
+
+def timed(reply, count: int, offset: int = 0) -> tuple[list[float], list[float]]:
+    """Sorted wall and CPU milliseconds of `count` replies."""
+    times, cpu = [], []
+    for i in range(count):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        reply(offset + i)
+        times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
+    return sorted(times), sorted(cpu)
+
+
+def asgi_client(token: str):
+    """`reply(i)` through console.asgi.application on one event loop, as an ASGI server calls it."""
+    import asyncio
+
+    from console.asgi import application
+
+    loop = asyncio.new_event_loop()
+    path = "/api/v1/rooms/demo-room/reply"
+
+    async def call(i: int) -> None:
+        body = json.dumps({"message": "How much is L001 now?", "viewer_id": f"asgi-{i}"}).encode()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {token}".encode()),
+                             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+        inbox = [{"type": "http.request", "body": body, "more_body": False}]
+        done = asyncio.Event()
+        sent = []
+
+        async def receive():
+            if inbox:
+                return inbox.pop()
+            await done.wait()  # Django listens for a disconnect until the response is sent
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                done.set()
+
+        await application(scope, receive, send)
+        status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+        payload = json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+        assert status == 200 and payload["outcome"] == "replied", payload
+
+    return lambda i: loop.run_until_complete(call(i))
 
 
 def profile_replies(reply, count: int) -> None:
