@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)
     parser.add_argument("--workdir", default="var/hat-experiment")
+    parser.add_argument("--oracle", choices=("tools-first", "skill-first"), default="tools-first",
+                        help="the oracle teacher's protocol: tools, skill, bare facts (the reproduction's), or the "
+                             "skill first, then the tools, each fact after its field's name (docs/default-model.md)")
     parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction.json"))
     parser.add_argument("--notes", help="a Markdown file appended to the page (the reading of the figures)")
     parser.add_argument("--render-only", action="store_true",
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                               finetune=args.finetune, lora_r=args.lora_r, precision=args.precision,
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit, eval_threads=args.eval_threads,
-                              parallel_training=args.parallel_training)
+                              parallel_training=args.parallel_training, oracle=args.oracle)
     if args.default_candidate:
         return default_candidate(config, args, argv)
     if args.judge_arm:

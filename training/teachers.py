@@ -4,12 +4,12 @@ A teacher is a `ModelBackend` for one case (`teacher_for(name, case, config)`), 
 produced by the same runtime (`harness.runtime.run_turn`) that serves viewers: hooks, tools, retries
 and the deadline all apply to the teacher exactly as they will to the trained model.
 
-- `oracle`: acts from the simulator's ground truth, offline and deterministic. It loads the first
-  expected reply skill (as the system prompt asks, so the skill's body names the tool to call), calls
-  the expected tools (arguments from the case, required free-text fields from the viewer's message),
-  then replies with the expected facts, each after the name of the tool-result field it came from
-  ("price 88"): a small model learns to copy a value after its key far more reliably than to pick
-  an unnamed number out of a JSON object. It reads every name from the case
+- `oracle`: acts from the simulator's ground truth, offline and deterministic. It calls the expected
+  tools (arguments from the case, required free-text fields from the viewer's message), loads the
+  first expected reply skill, then replies with the expected facts ("Here's what I found: 88."). With
+  `skill_first` it loads the skill first (as the system prompt asks, so the skill's body names the tool
+  to call), then calls the tools, and says each fact after the name of the tool-result field that holds
+  it ("price 88"); docs/default-model.md measures both. It reads every name from the case
   it is given, so a case rewritten through an HSA mapping (`HsaMapping.rewrite_case`) makes it call
   the tools and skills by their augmented names. With `mistake_rate` > 0 it sometimes replies before
   loading a skill, so the harness's require-a-skill hook answers with feedback and the trajectory
@@ -73,9 +73,10 @@ class OracleBackend:
 
     name = "oracle"
 
-    def __init__(self, case: Case, *, mistake: bool = False):
+    def __init__(self, case: Case, *, mistake: bool = False, skill_first: bool = False):
         self.case = case
         self.mistake = mistake
+        self.skill_first = skill_first
         self.calls = 0
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
@@ -87,17 +88,17 @@ class OracleBackend:
                        for m in messages)
         schemas = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
         if tool_choice != "none":
+            pending = [call for call in self._tool_calls(schemas) if (call.name, call.arguments) not in made]
             skill = expected.skills[0] if expected.skills else None
             loaded = any(name == LOAD_SKILL for name, _ in made)
             skip_skill = self.mistake and not feedback  # the deliberate slip the hook should catch
+            if pending and not (self.skill_first and skill and not loaded and not skip_skill):
+                return ModelResponse(tool_calls=tuple(pending), tokens_out=20 * len(pending))
             if skill and not loaded and not skip_skill:
                 call = ToolCall(id=f"oracle_{self.calls}_skill", name=LOAD_SKILL,
                                 arguments=json.dumps({"name": skill}))
                 return ModelResponse(tool_calls=(call,), tokens_out=12)
-            pending = [call for call in self._tool_calls(schemas) if (call.name, call.arguments) not in made]
-            if pending:
-                return ModelResponse(tool_calls=tuple(pending), tokens_out=20 * len(pending))
-        reply = self._reply(_tool_results(messages))
+        reply = self._reply(_tool_results(messages) if self.skill_first else [])
         return ModelResponse(content=reply, tokens_out=len(reply.split()))
 
     def _tool_calls(self, schemas: Mapping[str, Mapping[str, Any]]) -> list[ToolCall]:
@@ -183,6 +184,8 @@ def _calls_made(messages: list[dict[str, Any]]) -> set[tuple[str, str]]:
 
 @register_teacher("oracle")
 def oracle_teacher(case: Case, config: Mapping[str, Any]) -> ModelBackend:
-    """`config`: `mistake_rate` (0..1, default 0): share of cases whose first reply skips the skill."""
+    """`config`: `mistake_rate` (0..1, default 0): share of cases whose first reply skips the skill;
+    `skill_first` (default false): the skill, then the tools, then each fact after its field's name."""
     rate = float(config.get("mistake_rate", 0.0))
-    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate)
+    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate,
+                         skill_first=bool(config.get("skill_first", False)))

@@ -17,6 +17,7 @@ from training.hat.experiment import (
     build_data,
     compact_spec,
     paired_comparisons,
+    pipeline_configs,
     run_default_candidate,
     run_experiment,
 )
@@ -177,3 +178,15 @@ def test_paired_comparisons_pair_arms_case_by_case():
     # the base got every held-out case wrong, so an arm removes the share of errors it gets right
     assert paired["heldout_error_reduction_vs_base"] == {"fixed_sft": 0.25, "hsa_sft": 0.75, "hsa_sft_opd": 0.5,
                                                          "hat": 1.0}
+
+
+def test_the_oracle_protocol_reaches_both_training_pipelines(tmp_path):
+    config = ExperimentConfig(model="tiny", cases=4, train_examples=4, workdir=str(tmp_path), oracle="skill-first")
+    data = build_data(config)
+    split = {"fixed_cases": data.train_pool[:2], "hsa_cases": data.train_pool[:2], "fixed_rows": 2, "hsa_rows": 4}
+    configs = pipeline_configs(config, data, split, tmp_path)
+    assert all(c["trajectories"]["teacher_config"] == {"skill_first": True} for c in configs.values())
+    default = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path)), data, split, tmp_path)
+    assert all("teacher_config" not in c["trajectories"] for c in default.values())
+    with pytest.raises(ValueError, match="oracle must be"):
+        pipeline_configs(ExperimentConfig(oracle="tools-last"), data, split, tmp_path)

@@ -75,15 +75,27 @@ def _call_message(response):
                            for c in response.tool_calls]}
 
 
-def test_the_oracle_loads_the_skill_first_then_calls_tools_by_the_names_of_the_case_it_is_given(mini_spec,
-                                                                                                 mini_cases):
+def test_the_oracle_reads_names_from_the_case_it_is_given(mini_spec, mini_cases):
     import asyncio
 
     augmentation = augment(mini_spec, HsaConfig.only("tool_definitions", rename_tool_p=1.0), seed=3)
     case = augmentation.mapping.rewrite_case(next(c for c in mini_cases if c.expected.tools))
     from harness.spec import openai_tools
 
-    teacher, tools = teacher_for("oracle", case), openai_tools(augmentation.spec)
+    response = asyncio.run(teacher_for("oracle", case).complete(
+        [{"role": "user", "content": case.message}], openai_tools(augmentation.spec)))
+    assert [c.name for c in response.tool_calls] == [augmentation.mapping.tool("get_product_info_by_link_id")]
+
+
+def test_the_skill_first_oracle_loads_the_skill_then_calls_tools_by_the_names_of_the_case_it_is_given(
+        mini_spec, mini_cases):
+    import asyncio
+
+    augmentation = augment(mini_spec, HsaConfig.only("tool_definitions", rename_tool_p=1.0), seed=3)
+    case = augmentation.mapping.rewrite_case(next(c for c in mini_cases if c.expected.tools))
+    from harness.spec import openai_tools
+
+    teacher, tools = teacher_for("oracle", case, {"skill_first": True}), openai_tools(augmentation.spec)
     messages = [{"role": "user", "content": case.message}]
     first = asyncio.run(teacher.complete(messages, tools))
     assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [
@@ -93,7 +105,7 @@ def test_the_oracle_loads_the_skill_first_then_calls_tools_by_the_names_of_the_c
     assert [c.name for c in second.tool_calls] == [augmentation.mapping.tool("get_product_info_by_link_id")]
 
 
-def test_the_oracle_names_the_field_each_fact_came_from(mini_cases):
+def test_the_skill_first_oracle_names_the_field_each_fact_came_from_and_the_default_does_not(mini_cases):
     import asyncio
 
     case = next(c for c in mini_cases if c.expected.tools)
@@ -102,9 +114,12 @@ def test_the_oracle_names_the_field_each_fact_came_from(mini_cases):
                 {"role": "tool", "tool_call_id": "1", "content": "Call the tool."},
                 {"role": "tool", "tool_call_id": "2",
                  "content": json.dumps({"price": 88.0, "stock": 20, "promo_price": None, "specs": {"care": "wool wash"}})}]
-    reply = asyncio.run(teacher_for("oracle", case).complete(messages, [], tool_choice="none")).content
+    reply = asyncio.run(teacher_for("oracle", case, {"skill_first": True}).complete(
+        messages, [], tool_choice="none")).content
     # 88 is the price field exactly; "wool" only occurs inside a text, so it stays bare
     assert reply == "Here's what I found: price 88, wool."
+    default = asyncio.run(teacher_for("oracle", case).complete(messages, [], tool_choice="none")).content
+    assert default == "Here's what I found: 88, wool."
 
 
 def test_content_hash_ignores_ids_and_lineage_refuses_eval_cases(mini_cases):

@@ -77,6 +77,7 @@ class ExperimentConfig:
     parallel_training: bool = False     # Fixed-SFT in a second process beside the HAT pipeline
     eval_threads: int = 1               # llama.cpp threads per judged arm
     workdir: str = "var/hat-experiment"
+    oracle: str = "tools-first"         # tools-first | skill-first (training.teachers: the oracle's skill_first)
 
     @property
     def base(self) -> str:
@@ -151,13 +152,19 @@ def build_data(config: ExperimentConfig) -> Data:
                 ifeval=ifeval, skipped_near_duplicates=skipped, exclude=exclude)
 
 
-def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any
+def teacher_config(config: ExperimentConfig) -> dict[str, Any]:
+    if config.oracle not in ("tools-first", "skill-first"):
+        raise ValueError(f"oracle must be tools-first or skill-first, not {config.oracle!r}")
+    return {"skill_first": True} if config.oracle == "skill-first" else {}
+
+
+def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any, teacher: dict[str, Any]
                   ) -> tuple[list[int], list[Any]]:
     """Tokens of each kept trajectory (case order), as the SFT stage will count them."""
     from training.datasets import tokenize_rows
     from training.trajectories import TrajectoryConfig, generate_trajectories
 
-    config = TrajectoryConfig(augmented_variants=variants, seed=0)
+    config = TrajectoryConfig(augmented_variants=variants, seed=0, teacher_config=teacher)
     trajectories, _ = generate_trajectories(cases, [spec], config)
     rows = [t.to_row() for t in trajectories]
     tokenized, _ = tokenize_rows(rows, tokenizer, max_length=8192, overlong="error")
@@ -167,9 +174,10 @@ def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, token
 def split_training(config: ExperimentConfig, data: Data, tokenizer: Any) -> dict[str, Any]:
     """HSA-SFT's cases, and as many original-harness cases for Fixed-SFT as reach the same tokens."""
     hsa_cases = data.train_pool[:math.ceil(config.train_examples / 2)]
-    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer)
+    teacher = teacher_config(config)
+    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer, teacher)
     target = sum(hsa_lengths)
-    fixed_lengths, fixed_trajectories = _token_counts(data.train_pool, data.spec, 0, tokenizer)
+    fixed_lengths, fixed_trajectories = _token_counts(data.train_pool, data.spec, 0, tokenizer, teacher)
     used, total = 0, 0
     while total < target and used < len(fixed_lengths):
         total += fixed_lengths[used]
@@ -209,6 +217,11 @@ def _sft_stage(config: ExperimentConfig, rows: int) -> dict[str, Any]:
                                       "warmup_steps": min(2, steps - 1)}}
 
 
+def _teacher_knob(config: ExperimentConfig) -> dict[str, Any]:
+    teacher = teacher_config(config)
+    return {"teacher_config": teacher} if teacher else {}
+
+
 def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any], workdir: Path
                      ) -> dict[str, dict[str, Any]]:
     model = {"base": config.base, "finetune": config.finetune, "device": config.device,
@@ -221,13 +234,13 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
              "data": {"simulator_cases": 0, "cases_jsonl": [_write_cases(workdir / "fixed-cases.jsonl",
                                                                          split["fixed_cases"])],
                       "exclude": data.exclude},
-             "trajectories": {"augmented_variants": 0},
+             "trajectories": {"augmented_variants": 0, **_teacher_knob(config)},
              "stages": [_sft_stage(config, split["fixed_rows"])]}
     hat = {**common,
            "data": {"simulator_seed": config.seed, "simulator_cases": 0,
                     "cases_jsonl": [_write_cases(workdir / "hsa-cases.jsonl", split["hsa_cases"])],
                     "exclude": data.exclude},
-           "trajectories": {"augmented_variants": 1},
+           "trajectories": {"augmented_variants": 1, **_teacher_knob(config)},
            "stages": [_sft_stage(config, split["hsa_rows"]),
                       {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": config.opd_learning_rate,
                                                  "max_completion_length": 64, "per_device_train_batch_size": 2,
