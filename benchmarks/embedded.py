@@ -20,8 +20,6 @@ def embedded_workspace(*, deployed: bool = False, **env_extra: str) -> tuple[Cal
         if not (env.get("DATABASE_URL") and env.get("REDIS_URL")):
             raise SystemExit("--deployed needs DATABASE_URL (PostgreSQL) and REDIS_URL")
         env["DATABASE_URL"] = _fresh_database(env["DATABASE_URL"], "bench_api")
-        # Kept connections, as production keeps them (production settings refuse the scripted model).
-        env["DATABASE_CONN_MAX_AGE"] = "60"
     else:
         for name in ("DATABASE_URL", "REDIS_URL"):  # embedded: SQLite, in-process jobs
             env.pop(name, None)

@@ -65,7 +65,6 @@ def main() -> None:
         admin.execute(f"CREATE DATABASE {DB}")
     url = f"{server_url}/{DB}"
     env = {**os.environ, "DATABASE_URL": url, "HARNESSOPS_ADMIN_PASSWORD": "bench-pass-1",
-           "DATABASE_CONN_MAX_AGE": "60",
            "HARNESSOPS_MODEL_BACKEND": "scripted", "HARNESSOPS_SCRIPTED_STEPS": '["hi"]',
            "HARNESSOPS_LIVE_JUDGE_RATE": "0", "DJANGO_SETTINGS_MODULE": "console.settings"}
     env.pop("REDIS_URL", None)

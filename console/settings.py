@@ -99,17 +99,14 @@ TEMPLATES = [
 ]
 
 # Databases: DATABASE_URL wins; production requires it.
-# Connections are kept for DATABASE_CONN_MAX_AGE seconds (production 60; embedded 0, a new one a request).
-if PRODUCTION:
-    DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"),
-                                                  conn_max_age=env("DATABASE_CONN_MAX_AGE", 60, cast=int))}
-else:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'harnessops.sqlite3'}"),
-            conn_max_age=env("DATABASE_CONN_MAX_AGE", 0, cast=int),
-        )
-    }
+DATABASES = {"default": dj_database_url.parse(
+    env("DATABASE_URL") if PRODUCTION else env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'harnessops.sqlite3'}"))}
+# PostgreSQL connections come from a pool (psycopg_pool through Django's "pool" option). Under ASGI each request
+# runs its sync code in a thread of its own, so Django's per-thread connections, CONN_MAX_AGE or not, would open a
+# new PostgreSQL connection for every request: about 10 ms of a reply's wall time (benchmarks/reply_path.py --asgi).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env("DATABASE_POOL", True, cast=bool):
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": env("DATABASE_POOL_MAX_SIZE", 16, cast=int), "timeout": 10}
 DATABASES["default"].setdefault("TEST", {})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
