@@ -187,5 +187,7 @@ def oracle_teacher(case: Case, config: Mapping[str, Any]) -> ModelBackend:
     """`config`: `mistake_rate` (0..1, default 0): share of cases whose first reply skips the skill;
     `skill_first` (default false): the skill, then the tools, then each fact after its field's name."""
     rate = float(config.get("mistake_rate", 0.0))
-    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate,
-                         skill_first=bool(config.get("skill_first", False)))
+    skill_first = config.get("skill_first", False)
+    if not isinstance(skill_first, bool):
+        raise ValueError(f"oracle skill_first must be true or false, not {skill_first!r}")
+    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate, skill_first=skill_first)

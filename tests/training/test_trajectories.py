@@ -120,6 +120,8 @@ def test_the_skill_first_oracle_names_the_field_each_fact_came_from_and_the_defa
     assert reply == "Here's what I found: price 88, wool."
     default = asyncio.run(teacher_for("oracle", case).complete(messages, [], tool_choice="none")).content
     assert default == "Here's what I found: 88, wool."
+    with pytest.raises(ValueError, match="skill_first must be true or false"):
+        teacher_for("oracle", case, {"skill_first": "false"})
 
 
 def test_content_hash_ignores_ids_and_lineage_refuses_eval_cases(mini_cases):
