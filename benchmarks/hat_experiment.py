@@ -22,7 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.hat.experiment import ExperimentConfig, judge_arm, run_default_candidate, run_experiment  # noqa: E402
+from training.hat.experiment import (  # noqa: E402
+    ORACLES,
+    ExperimentConfig,
+    judge_arm,
+    run_default_candidate,
+    run_experiment,
+)
 from training.hat.report import render_default_markdown, render_markdown  # noqa: E402
 
 
@@ -69,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)
     parser.add_argument("--workdir", default="var/hat-experiment")
-    parser.add_argument("--oracle", choices=("tools-first", "skill-first"), default="tools-first",
-                        help="the oracle teacher's protocol: tools, skill, bare facts (the reproduction's), or the "
-                             "skill first, then the tools, each fact after its field's name (docs/default-model.md)")
+    parser.add_argument("--oracle", choices=tuple(ORACLES), default="tools-first",
+                        help="the oracle teacher's protocol: tools, skill, bare facts (the reproduction's); "
+                             "tools-first-named: each fact after its tool-result field's name; skill-first: the skill, "
+                             "then the tools, facts named (docs/default-model.md)")
+    parser.add_argument("--train-rooms", type=int, default=1,
+                        help="simulator rooms the training cases are set in (1: the reproduction's single room)")
     parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction.json"))
     parser.add_argument("--notes", help="a Markdown file appended to the page (the reading of the figures)")
     parser.add_argument("--render-only", action="store_true",
@@ -103,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                               finetune=args.finetune, lora_r=args.lora_r, precision=args.precision,
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit, eval_threads=args.eval_threads,
-                              parallel_training=args.parallel_training, oracle=args.oracle)
+                              parallel_training=args.parallel_training, oracle=args.oracle,
+                              train_rooms=args.train_rooms)
     if args.default_candidate:
         return default_candidate(config, args, argv)
     if args.judge_arm:

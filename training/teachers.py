@@ -6,10 +6,12 @@ and the deadline all apply to the teacher exactly as they will to the trained mo
 
 - `oracle`: acts from the simulator's ground truth, offline and deterministic. It calls the expected
   tools (arguments from the case, required free-text fields from the viewer's message), loads the
-  first expected reply skill, then replies with the expected facts ("Here's what I found: 88."). With
-  `skill_first` it loads the skill first (as the system prompt asks, so the skill's body names the tool
+  first expected reply skill, then replies with the expected facts ("Here's what I found: 88."), a size's
+  stock with its size ("XL is sold out"), or what the case's ground truth holds ("Yes, it's in stock!",
+  "vegan: yes", "Sizes: S, M, L; fit: relaxed"). With `skill_first` it loads the skill first (as the system prompt asks, so the skill's body names the tool
   to call), then calls the tools, and says each fact after the name of the tool-result field that holds
-  it ("price 88"); docs/default-model.md measures both. It reads every name from the case
+  it ("price 88"); `name_fields` names the fields with the tools called first. docs/default-model.md
+  measures the protocols. It reads every name from the case
   it is given, so a case rewritten through an HSA mapping (`HsaMapping.rewrite_case`) makes it call
   the tools and skills by their augmented names. With `mistake_rate` > 0 it sometimes replies before
   loading a skill, so the harness's require-a-skill hook answers with feedback and the trajectory
@@ -73,10 +75,11 @@ class OracleBackend:
 
     name = "oracle"
 
-    def __init__(self, case: Case, *, mistake: bool = False, skill_first: bool = False):
+    def __init__(self, case: Case, *, mistake: bool = False, skill_first: bool = False, name_fields: bool = False):
         self.case = case
         self.mistake = mistake
         self.skill_first = skill_first
+        self.name_fields = name_fields or skill_first
         self.calls = 0
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
@@ -98,7 +101,7 @@ class OracleBackend:
                 call = ToolCall(id=f"oracle_{self.calls}_skill", name=LOAD_SKILL,
                                 arguments=json.dumps({"name": skill}))
                 return ModelResponse(tool_calls=(call,), tokens_out=12)
-        reply = self._reply(_tool_results(messages) if self.skill_first else [])
+        reply = self._reply(_tool_results(messages) if self.name_fields else [])
         return ModelResponse(content=reply, tokens_out=len(reply.split()))
 
     def _tool_calls(self, schemas: Mapping[str, Mapping[str, Any]]) -> list[ToolCall]:
@@ -129,11 +132,27 @@ class OracleBackend:
         return arguments
 
     def _reply(self, results: list[Any]) -> str:
-        facts = list(self.case.expected.facts)
+        facts, meta = list(self.case.expected.facts), self.case.meta
+        stock = meta.get("in_stock") if isinstance(meta.get("in_stock"), bool) else None
         if facts:
-            return "Here's what I found: " + ", ".join(_labelled(fact, results) for fact in facts) + "."
+            # "XL." does not answer "is XL in stock?"; the size and its stock do.
+            said = [f"{fact} is {'in stock' if stock else 'sold out'}" if stock is not None and fact == meta.get("size")
+                    else _labelled(fact, results) for fact in facts]
+            return "Here's what I found: " + ", ".join(said) + "."
         if self.case.meta.get("expects_question"):
             return "Which item do you mean? Tell me the link number and I'll check it for you."
+        if stock is not None:
+            return "Yes, it's in stock!" if stock else "Sorry, it's sold out right now."
+        if meta.get("available") is False and meta.get("colours"):
+            return f"Sorry, not in {meta.get('colour')}. Colours: {', '.join(map(str, meta['colours']))}."
+        if meta.get("sizes"):
+            fit = f"; fit: {meta['fit']}" if meta.get("fit") else ""
+            return f"Sizes: {', '.join(map(str, meta['sizes']))}{fit}."
+        if isinstance(meta.get("answer"), bool) and meta.get("spec"):
+            # The spec's own name: "does it have perfume in it?" is answered by "fragrance free: yes".
+            return f"{str(meta['spec']).replace('_', ' ')}: {'yes' if meta['answer'] else 'no'}."
+        if isinstance(meta.get("answer"), str):
+            return f"I'm {meta['answer']}! Ask me anything about the items in the stream."
         return "Thanks for watching! Ask me anything about the items in the stream."
 
 
@@ -185,9 +204,11 @@ def _calls_made(messages: list[dict[str, Any]]) -> set[tuple[str, str]]:
 @register_teacher("oracle")
 def oracle_teacher(case: Case, config: Mapping[str, Any]) -> ModelBackend:
     """`config`: `mistake_rate` (0..1, default 0): share of cases whose first reply skips the skill;
-    `skill_first` (default false): the skill, then the tools, then each fact after its field's name."""
+    `skill_first` (default false): the skill, then the tools, then each fact after its field's name;
+    `name_fields` (default false): each fact after its field's name, the tools called first."""
     rate = float(config.get("mistake_rate", 0.0))
-    skill_first = config.get("skill_first", False)
-    if not isinstance(skill_first, bool):
-        raise ValueError(f"oracle skill_first must be true or false, not {skill_first!r}")
-    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate, skill_first=skill_first)
+    flags = {name: config.get(name, False) for name in ("skill_first", "name_fields")}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"oracle {name} must be true or false, not {value!r}")
+    return OracleBackend(case, mistake=_case_draw(case.case_id, "oracle-mistake") < rate, **flags)

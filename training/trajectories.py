@@ -49,7 +49,7 @@ TRAINING_NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 @dataclass(frozen=True)
 class TrajectoryConfig:
     teacher: str = knob("oracle", "Teacher name: 'oracle' (ground truth, offline) or a registered model backend.")
-    teacher_config: dict[str, Any] = knob({}, "Passed to the teacher: oracle {mistake_rate, skill_first}; a backend's factory "
+    teacher_config: dict[str, Any] = knob({}, "Passed to the teacher: oracle {mistake_rate, skill_first, name_fields}; a backend's factory "
                                               "arguments (base_url, model, …).")
     include_original: bool = knob(True, "Also run every case under the unaugmented harness.")
     augmented_variants: int = knob(1, "HSA variants per case and harness (0..8).")

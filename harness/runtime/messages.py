@@ -36,6 +36,11 @@ def _catalogue(turn: TurnInput, now: datetime | None) -> str:
     ) or "(no products listed)"
 
 
+def _products(turn: TurnInput, now: datetime | None) -> str:
+    """Link id and name only: the short catalogue a compact prompt can afford (prices come from the tool)."""
+    return "\n".join(f"{p.get('link_id')} {p.get('name')}" for p in turn.room.products) or "(no products listed)"
+
+
 def _on_screen(turn: TurnInput, now: datetime | None) -> str:
     room = turn.room
     on_screen = room.product(room.on_screen) if room.on_screen else None
@@ -46,6 +51,7 @@ def _on_screen(turn: TurnInput, now: datetime | None) -> str:
 _RUNTIME_VALUES = {
     "room_title": lambda turn, now: turn.room.title or turn.room.room_id,
     "room_catalogue": _catalogue,
+    "room_products": _products,
     "room_faq": lambda turn, now: "\n".join(f"Q: {e.get('q')}\nA: {e.get('a')}" for e in turn.room.faq) or "(no FAQ)",
     "room_facts": lambda turn, now: "\n".join(f"- {fact}" for fact in turn.room.facts) or "(none)",
     "product_on_screen": _on_screen,

@@ -58,7 +58,7 @@ CATALOGUE_VARIABLES = ("skills_catalogue", "tools_catalogue")
 # Template names the runtime supplies, by the tier that introduces them.
 RUNTIME_VARIABLES: Mapping[str, tuple[str, ...]] = {
     "static": (),
-    "session": ("room_title", "room_catalogue", "room_faq", "room_facts"),
+    "session": ("room_title", "room_catalogue", "room_products", "room_faq", "room_facts"),
     "turn": ("product_on_screen", "viewer_id", "recent_dialogue", "now"),
 }
 

@@ -188,5 +188,19 @@ def test_the_oracle_protocol_reaches_both_training_pipelines(tmp_path):
     assert all(c["trajectories"]["teacher_config"] == {"skill_first": True} for c in configs.values())
     default = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path)), data, split, tmp_path)
     assert all("teacher_config" not in c["trajectories"] for c in default.values())
+    named = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path), oracle="tools-first-named"),
+                             data, split, tmp_path)
+    assert all(c["trajectories"]["teacher_config"] == {"name_fields": True} for c in named.values())
     with pytest.raises(ValueError, match="oracle must be"):
         pipeline_configs(ExperimentConfig(oracle="tools-last"), data, split, tmp_path)
+
+
+def test_training_cases_can_come_from_many_rooms_and_eval_stays_in_its_own(tmp_path):
+    one = build_data(ExperimentConfig(model="tiny", cases=4, train_examples=12, workdir=str(tmp_path)))
+    many = build_data(ExperimentConfig(model="tiny", cases=4, train_examples=12, workdir=str(tmp_path),
+                                       train_rooms=6))
+    rooms = lambda cases: {c.room["room_id"] for c in cases}  # noqa: E731
+    assert len(rooms(one.train_pool)) == 1 and len(rooms(many.train_pool)) > 1
+    assert rooms(many.eval_cases) == rooms(one.eval_cases) and not rooms(many.eval_cases) & rooms(many.train_pool)
+    with pytest.raises(ValueError, match="train_rooms"):
+        build_data(ExperimentConfig(model="tiny", train_rooms=0, workdir=str(tmp_path)))

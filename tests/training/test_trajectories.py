@@ -105,8 +105,10 @@ def test_the_skill_first_oracle_loads_the_skill_then_calls_tools_by_the_names_of
     assert [c.name for c in second.tool_calls] == [augmentation.mapping.tool("get_product_info_by_link_id")]
 
 
-def test_the_skill_first_oracle_names_the_field_each_fact_came_from_and_the_default_does_not(mini_cases):
+def test_the_skill_first_oracle_names_the_field_each_fact_came_from_and_the_default_does_not(mini_spec, mini_cases):
     import asyncio
+
+    from harness.spec import openai_tools
 
     case = next(c for c in mini_cases if c.expected.tools)
     case = Case.from_dict({**case.to_dict(), "expected": {**case.to_dict()["expected"], "facts": ["88", "wool"]}})
@@ -122,6 +124,30 @@ def test_the_skill_first_oracle_names_the_field_each_fact_came_from_and_the_defa
     assert default == "Here's what I found: 88, wool."
     with pytest.raises(ValueError, match="skill_first must be true or false"):
         teacher_for("oracle", case, {"skill_first": "false"})
+    named = teacher_for("oracle", case, {"name_fields": True})
+    assert asyncio.run(named.complete(messages, [], tool_choice="none")).content == "Here's what I found: price 88, wool."
+    first = asyncio.run(named.complete([{"role": "user", "content": case.message}], openai_tools(mini_spec)))
+    assert first.tool_calls[0].name != "load_skill"  # named facts, but the tools still come first
+    with pytest.raises(ValueError, match="name_fields must be true or false"):
+        teacher_for("oracle", case, {"name_fields": 1})
+
+
+def test_the_oracle_answers_what_was_asked_when_the_ground_truth_holds_no_fact_to_quote(mini_cases):
+    import asyncio
+
+    case = next(c for c in mini_cases if c.expected.tools)
+
+    def reply(facts, **meta):
+        edited = Case.from_dict({**case.to_dict(), "meta": meta,
+                                 "expected": {**case.to_dict()["expected"], "facts": facts}})
+        return asyncio.run(teacher_for("oracle", edited).complete([], [], tool_choice="none")).content
+
+    assert reply(["XL"], size="XL", in_stock=False) == "Here's what I found: XL is sold out."
+    assert reply([], in_stock=True) == "Yes, it's in stock!"
+    assert reply([], colour="red", available=False, colours=["navy", "black"]) == "Sorry, not in red. Colours: navy, black."
+    assert reply([], spec="fragrance_free", answer=True) == "fragrance free: yes."
+    assert reply([], sizes=["S", "M"], fit="slim") == "Sizes: S, M; fit: slim."
+    assert reply([]) == "Thanks for watching! Ask me anything about the items in the stream."
 
 
 def test_content_hash_ignores_ids_and_lineage_refuses_eval_cases(mini_cases):

@@ -44,6 +44,9 @@ COMPACT_HARNESS = ROOT / "harness" / "demo" / "compact"
 IFEVAL_EXTRA = ROOT / "benchmarks" / "data" / "hat" / "ifeval_extra.jsonl"
 EVAL_SEED_OFFSET = 10_000
 MODELS = {"tiny": "tiny-random-smollm2", "smollm2": "smollm2-135m-instruct"}
+# The oracle teacher's protocols: tools, skill, bare facts (the reproduction's); tools, skill, each fact after
+# its tool-result field ("price 88"); skill, tools, named facts.
+ORACLES = {"tools-first": {}, "tools-first-named": {"name_fields": True}, "skill-first": {"skill_first": True}}
 ARMS = ("base", "fixed_sft", "hsa_sft", "hsa_sft_opd", "hat")
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -77,7 +80,8 @@ class ExperimentConfig:
     parallel_training: bool = False     # Fixed-SFT in a second process beside the HAT pipeline
     eval_threads: int = 1               # llama.cpp threads per judged arm
     workdir: str = "var/hat-experiment"
-    oracle: str = "tools-first"         # tools-first | skill-first (training.teachers: the oracle's skill_first)
+    oracle: str = "tools-first"         # one of ORACLES (training.teachers: the oracle's skill_first, name_fields)
+    train_rooms: int = 1                # simulator rooms the training cases are set in (eval: one other room)
 
     @property
     def base(self) -> str:
@@ -113,12 +117,13 @@ def _normalised(message: str) -> str:
 
 
 def _cases(seed: int | str, wanted: int, spec: HarnessSpec, *, skip_hashes: set[str] = frozenset(),
-           skip_messages: set[str] = frozenset()) -> tuple[list[Case], int]:
-    """`wanted` answerable cases of a simulator seed (drawing more until there are enough)."""
+           skip_messages: set[str] = frozenset(), n_rooms: int = 1) -> tuple[list[Case], int]:
+    """`wanted` answerable cases of a simulator seed (drawing more until there are enough), set in `n_rooms`
+    rooms of that seed."""
     drawn, skipped = 4 * wanted + 16, 0
     while True:
         out, skipped = [], 0
-        for case in generate_cases(seed, drawn):
+        for case in generate_cases(seed, drawn, n_rooms=n_rooms):
             if not answerable(case, spec):
                 continue
             if case_content_hash(case.to_dict()) in skip_hashes or _normalised(case.message) in skip_messages:
@@ -133,10 +138,13 @@ def _cases(seed: int | str, wanted: int, spec: HarnessSpec, *, skip_hashes: set[
 def build_data(config: ExperimentConfig) -> Data:
     from training.trajectories import simulator_cases
 
+    if config.train_rooms < 1:
+        raise ValueError(f"train_rooms must be at least 1, not {config.train_rooms}")
     spec = compact_spec()
     check_banks_disjoint(spec)
     # Enough pool for Fixed-SFT to match HSA-SFT's tokens with original-harness rows only.
-    train_pool, _ = _cases(config.seed, config.train_examples + 8, spec)
+    # One room lets a model learn its products' prices by heart instead of reading the tool result.
+    train_pool, _ = _cases(config.seed, config.train_examples + 8, spec, n_rooms=config.train_rooms)
     rl_cases = simulator_cases(f"{config.seed}/rl", config.rl_cases)
     seen = train_pool + rl_cases
     eval_cases, skipped = _cases(config.seed + EVAL_SEED_OFFSET, config.cases, spec,
@@ -153,9 +161,9 @@ def build_data(config: ExperimentConfig) -> Data:
 
 
 def teacher_config(config: ExperimentConfig) -> dict[str, Any]:
-    if config.oracle not in ("tools-first", "skill-first"):
-        raise ValueError(f"oracle must be tools-first or skill-first, not {config.oracle!r}")
-    return {"skill_first": True} if config.oracle == "skill-first" else {}
+    if config.oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {', '.join(ORACLES)}, not {config.oracle!r}")
+    return dict(ORACLES[config.oracle])
 
 
 def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any, teacher: dict[str, Any]
