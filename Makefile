@@ -61,10 +61,10 @@ test: lint
 # shipping rule, for `make run` to build. `make hat-experiment` reruns the whole five-arm reproduction (~90 min).
 train-default: install
 	$(BIN)/python benchmarks/hat_experiment.py --default-candidate --model smollm2 --cases 100 --train-examples 280 \
-	    --grad-accumulation 2 --lr 3e-4 --max-new-tokens 64 --precision bf16 --eval-threads 2 \
+	    --grad-accumulation 2 --lr 3e-4 --max-new-tokens 64 --precision auto --eval-threads 2 \
 	    --workdir var/default-model --base-from docs/hat-reproduction.json --package-default
 
 hat-experiment: install
 	$(BIN)/python benchmarks/hat_experiment.py --model smollm2 --cases 100 --train-examples 160 \
-	    --grad-accumulation 2 --lr 3e-4 --steps 2 --opd-steps 4 --rl-cases 4 --max-new-tokens 64 --precision bf16 \
+	    --grad-accumulation 2 --lr 3e-4 --steps 2 --opd-steps 4 --rl-cases 4 --max-new-tokens 64 --precision auto \
 	    --parallel-training --eval-workers 2 --workdir var/hat-experiment

@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="eval engine (default: llama.cpp on cpu, transformers on cuda)")
     parser.add_argument("--finetune", choices=("full", "lora"), default="lora")
     parser.add_argument("--precision", choices=("fp32", "bf16", "auto"), default="auto",
-                        help="training precision (auto: bf16 on a GPU, fp32 on a CPU; bf16 on a CPU with "
-                             "AVX512-BF16/AMX trains ~1.6x faster)")
+                        help="training precision (auto: bf16 on a GPU and on a CPU with AVX512-BF16/AMX, where it "
+                             "trains ~1.6x faster; fp32 on other CPUs, which emulate bf16 many times slower)")
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)

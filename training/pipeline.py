@@ -67,7 +67,7 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
                  should_stop: Callable[[], bool]) -> list[StageResult]:
     """Run (or resume) every stage; the finished stages' results, in order. See the module docstring."""
     from training import data_prep  # torch and TRL load here, not on import of this module
-    from training.base_models import resolve_bf16, resolve_device
+    from training.base_models import resolve_bf16, resolve_device, slow_bf16_warning
     from training.stage_runtime import StageContext
 
     artifacts_dir = Path(artifacts_dir)
@@ -75,6 +75,8 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
     _claim(artifacts_dir, config)
     use_cpu = resolve_device(config.model.device) == "cpu"
     bf16 = resolve_bf16(config.model.precision, use_cpu=use_cpu)
+    if warning := slow_bf16_warning(config.model.precision, use_cpu=use_cpu):
+        reporter.line(warning)
     specs = [h.spec() for h in config.harnesses]
     results: list[StageResult] = []
     parent = config.model.base

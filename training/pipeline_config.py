@@ -50,8 +50,9 @@ class ModelConfig:
     lora_target_modules: tuple[str, ...] = knob(("q_proj", "k_proj", "v_proj", "o_proj"), "Modules LoRA adapts.")
     device: str = knob("auto", "cpu (use_cpu), cuda, or auto (cuda when available).")
     precision: str = knob("auto", "fp32; bf16 (mixed precision: bf16 compute, fp32 master weights); or auto: bf16 "
-                                  "on a GPU, fp32 on a CPU. bf16 on a CPU pays only where it has bf16 instructions "
-                                  "(AVX512-BF16 or AMX: about 1.6x the fp32 tokens/s for SmolLM2 with LoRA).")
+                                  "on a GPU and on a CPU with bf16 instructions (AVX512-BF16 or AMX: about 1.6x the "
+                                  "fp32 tokens/s for SmolLM2 with LoRA), else fp32 (an AVX2-only CPU emulates bf16, "
+                                  "many times slower).")
 
     def check(self) -> None:
         require(self.base.strip() != "", "base", "must name a base model")

@@ -79,8 +79,23 @@ def test_precision_resolves_per_device_and_reaches_the_trainer():
     from training.base_models import resolve_bf16
     from training.sft_config import SftConfig
 
-    assert [resolve_bf16(p, use_cpu=True) for p in ("fp32", "bf16", "auto")] == [False, True, False]
-    assert [resolve_bf16(p, use_cpu=False) for p in ("fp32", "bf16", "auto")] == [False, True, True]
+    plain, amx = frozenset({"avx2", "fma"}), frozenset({"avx2", "amx_bf16", "amx_tile"})
+    assert [resolve_bf16(p, use_cpu=True, flags=plain) for p in ("fp32", "bf16", "auto")] == [False, True, False]
+    assert [resolve_bf16(p, use_cpu=True, flags=amx) for p in ("fp32", "bf16", "auto")] == [False, True, True]
+    assert [resolve_bf16(p, use_cpu=False, flags=plain) for p in ("fp32", "bf16", "auto")] == [False, True, True]
     arguments = SftConfig().trainer_arguments(output_dir="/tmp/x", use_cpu=True, seed=1, bf16=True)
     assert arguments["bf16"] is True and arguments["use_cpu"] is True
     assert SftConfig().trainer_arguments(output_dir="/tmp/x", use_cpu=True, seed=1)["bf16"] is False
+
+
+def test_cpu_flags_come_from_cpuinfo_and_bf16_without_instructions_is_warned():
+    from training.base_models import cpu_flags, slow_bf16_warning
+
+    cpuinfo = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n\nprocessor\t: 1\nflags\t: fpu avx2 fma\n"
+    assert cpu_flags(cpuinfo) == frozenset({"fpu", "avx2", "fma"})
+    assert cpu_flags("no flags here") == frozenset()
+    plain = cpu_flags(cpuinfo)
+    assert "no bf16 instructions" in slow_bf16_warning("bf16", use_cpu=True, flags=plain)
+    assert slow_bf16_warning("bf16", use_cpu=True, flags=plain | {"avx512_bf16"}) is None
+    assert slow_bf16_warning("bf16", use_cpu=False, flags=plain) is None
+    assert slow_bf16_warning("auto", use_cpu=True, flags=plain) is None

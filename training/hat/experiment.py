@@ -73,7 +73,7 @@ class ExperimentConfig:
     finetune: str = "lora"              # lora (adapters on every linear layer, merged per stage) | full
     lora_r: int = 16
     device: str = "cpu"                 # cpu or cuda: training (model.device) and eval alike
-    precision: str = "auto"             # training: fp32 | bf16 (mixed) | auto (bf16 on cuda) — model.precision
+    precision: str = "auto"             # training: fp32 | bf16 (mixed) | auto (bf16 where the device has it) — model.precision
     engine: str = ""                    # eval engine: llama.cpp | transformers ("" = llama.cpp on cpu)
     eval_workers: int = 2               # arms judged at once, beside training
     eval_limit: int = 0                 # judge only the first N eval cases (0: all); exclusions still cover all
