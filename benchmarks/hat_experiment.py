@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-only", action="store_true",
                         help="re-render --out-md from --out-json (e.g. with new --notes), without running")
     parser.add_argument("--out-md", default=str(ROOT / "docs" / "hat-reproduction.md"))
-    parser.add_argument("--judge-arm", choices=("fixed_sft", "hsa_sft", "hsa_sft_opd", "hat"),
-                        help="only judge this trained arm into the workdir's eval cache (another process can share "
+    parser.add_argument("--judge-arm", choices=("base", "fixed_sft", "hsa_sft", "hsa_sft_opd", "hat"),
+                        help="only judge this arm into the workdir's eval cache (another process can share "
                              "the judging of a run; the run, resumed, reads it)")
     parser.add_argument("--package-default", action="store_true",
                         help="afterwards, copy HSA-SFT's adapter to training/default_model/ when its accuracy under "

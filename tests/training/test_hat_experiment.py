@@ -16,6 +16,7 @@ from training.hat.experiment import (
     answerable,
     build_data,
     compact_spec,
+    judge_arm,
     paired_comparisons,
     pipeline_configs,
     run_default_candidate,
@@ -156,6 +157,24 @@ def test_default_candidate_trains_hsa_sft_alone_at_toy_scale(tmp_path):
     assert again["training"] == result["training"] and result["training"]["num_tokens"] > 0
     assert "eval_base" not in again["timings_s"]  # the base was not judged by this call
     assert "judged in an earlier run" in render_default_markdown(again, "x")
+
+
+@pytest.mark.timeout(1800)
+def test_the_base_judged_apart_is_what_the_candidate_run_reports(tmp_path):
+    """`--judge-arm base` judges the base into the run's cache (e.g. beside training, in another process);
+    the candidate run then reads it instead of judging it again, and reports it as judged in this run."""
+    config = ExperimentConfig(model="tiny", cases=2, train_examples=2, ifeval=2, max_new_tokens=8,
+                              ifeval_new_tokens=8, learning_rate=5e-3, grad_accumulation=1,
+                              workdir=str(tmp_path / "work"))
+    reporter = Quiet()
+    base = judge_arm(config, "base", reporter)
+    assert base["n"] == {"fixed": 2, "heldout": 2, "ifeval": 2} and (tmp_path / "work" / "eval" / "base.json").is_file()
+    assert reporter.lines.count("hat: evaluating base") == 1
+    with pytest.raises(FileNotFoundError, match="not trained yet"):
+        judge_arm(config, "hsa_sft", reporter)
+    result = run_default_candidate(config, reporter)
+    assert reporter.lines.count("hat: evaluating base") == 1  # read from the cache, not judged again
+    assert "judged_in" not in result["arms"]["base"] and result["arms"]["base"]["fixed"] == base["fixed"]
 
 
 def test_paired_comparisons_pair_arms_case_by_case():

@@ -485,11 +485,17 @@ ARM_STAGES = {"fixed_sft": ("fixed", "00-sft"), "hsa_sft": ("hat", "00-sft"), "h
 
 
 def judge_arm(config: ExperimentConfig, arm: str, reporter: Reporter) -> dict[str, Any]:
-    """Judge one trained arm of a run into its workdir's eval cache (`eval/<arm>.json`), as the run would."""
-    pipeline, stage = ARM_STAGES[arm]
-    model_dir = Path(config.workdir) / pipeline / "stages" / stage / "model"
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{arm} is not trained yet: no model in {model_dir}")
+    """Judge one arm of a run (the base, or a trained one) into its workdir's eval cache (`eval/<arm>.json`),
+    as the run would, so another process can share a run's judging."""
+    if arm == "base":
+        from training.base_models import materialize_base, model_cache
+
+        model_dir = materialize_base(config.base, model_cache(), seed=config.seed)
+    else:
+        pipeline, stage = ARM_STAGES[arm]
+        model_dir = Path(config.workdir) / pipeline / "stages" / stage / "model"
+        if not (model_dir / "config.json").is_file():
+            raise FileNotFoundError(f"{arm} is not trained yet: no model in {model_dir}")
     data = build_data(config)
     with ArmEvaluations(config, data, Path(config.workdir) / "eval", reporter, {}) as evaluations:
         return evaluations._evaluate(arm, str(model_dir))
