@@ -144,7 +144,7 @@ def render_default_markdown(result: dict[str, Any], decision: str, notes: str = 
     lines = [
         "# The embedded default model's candidate (issue 13)",
         "",
-        f"HSA-SFT alone, trained as in the HAT reproduction (docs/hat-reproduction.md) but on more rows: model "
+        f"HSA-SFT alone, trained as in the HAT reproduction (docs/hat-reproduction.md): model "
         f"`{result['model']}`, compact harness `{harness['path']}` (first prompt {harness['system_prompt_tokens']} "
         f"tokens), {tokens['hsa_sft_rows']} trajectories (each case under the original and one HSA variant), "
         f"{tokens['hsa_sft']} tokens, {result['steps']['hsa_sft']} optimizer steps. Wall time {result['wall_s']:.0f} s.",
