@@ -64,6 +64,11 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     return frozenset()
 
 
+def cpu_has_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether the CPU (or these `flags`) has native bf16 arithmetic."""
+    return bool(CPU_BF16_FLAGS & (cpu_flags() if flags is None else flags))
+
+
 def resolve_bf16(precision: str, *, use_cpu: bool, flags: frozenset[str] | None = None) -> bool:
     """Whether a stage trains in bf16 mixed precision. 'auto': on a GPU, and on a CPU only where it has
     native bf16 instructions (`CPU_BF16_FLAGS`); elsewhere fp32 is the fast one."""
@@ -71,12 +76,12 @@ def resolve_bf16(precision: str, *, use_cpu: bool, flags: frozenset[str] | None 
         return precision == "bf16"
     if not use_cpu:
         return True
-    return bool(CPU_BF16_FLAGS & (cpu_flags() if flags is None else flags))
+    return cpu_has_bf16(flags)
 
 
 def slow_bf16_warning(precision: str, *, use_cpu: bool, flags: frozenset[str] | None = None) -> str | None:
     """A line for the job's log when bf16 was asked for on a CPU that can only emulate it."""
-    if precision == "bf16" and use_cpu and not CPU_BF16_FLAGS & (cpu_flags() if flags is None else flags):
+    if precision == "bf16" and use_cpu and not cpu_has_bf16(flags):
         return ("warning: model.precision is bf16 but this CPU has no bf16 instructions (avx512_bf16 or amx_bf16): "
                 "bf16 is emulated and trains many times slower than fp32; use precision auto or fp32")
     return None
