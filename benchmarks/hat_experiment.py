@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from training.hat.experiment import (  # noqa: E402
+    HSA_STATES,
     ORACLES,
     ExperimentConfig,
     judge_arm,
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                              "then the tools, facts named (docs/default-model.md)")
     parser.add_argument("--train-rooms", type=int, default=1,
                         help="simulator rooms the training cases are set in (1: the reproduction's single room)")
+    parser.add_argument("--hsa-states", choices=HSA_STATES, default="pairs",
+                        help="HSA-SFT's rows: pairs, each case under the original and one HSA variant (the "
+                             "reproduction's); single, each case under one of the two, drawn per case (twice the "
+                             "distinct cases for the same rows)")
     parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction.json"))
     parser.add_argument("--notes", help="a Markdown file appended to the page (the reading of the figures)")
     parser.add_argument("--render-only", action="store_true",
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit, eval_threads=args.eval_threads,
                               parallel_training=args.parallel_training, oracle=args.oracle,
-                              train_rooms=args.train_rooms)
+                              train_rooms=args.train_rooms, hsa_states=args.hsa_states)
     if args.default_candidate:
         return default_candidate(config, args, argv)
     if args.judge_arm:

@@ -2,7 +2,7 @@
 
 For every case and every harness given, the teacher (`teachers.py`) answers under the original
 harness (`include_original`) and under `augmented_variants` HSA variants (seeded per case and
-variant, `harness.augmentation.augment`), with the case's ground truth rewritten into the variant's
+variant, `harness.augmentation.augment`), or with `single_state` under one of those states drawn per case, with the case's ground truth rewritten into the variant's
 names. Each turn runs through `harness.runtime.run_turn` in the simulator's sandbox, exactly as an
 eval run does; the reference judge grades the trace and only Accuracy 1 with Effectiveness at or
 above `min_effectiveness` is kept.
@@ -53,6 +53,8 @@ class TrajectoryConfig:
                                               "arguments (base_url, model, …).")
     include_original: bool = knob(True, "Also run every case under the unaugmented harness.")
     augmented_variants: int = knob(1, "HSA variants per case and harness (0..8).")
+    single_state: bool = knob(False, "Run each case under one of those harness states only (the original or one "
+                                     "variant, drawn per case from the seed): as many distinct cases as rows.")
     hsa: dict[str, Any] = knob({}, "HsaConfig overrides for the variants (harness/augmentation/config.py).")
     min_effectiveness: float = knob(1.0, "Keep trajectories with Accuracy 1 and Effectiveness ≥ this (0, 0.5, 1).")
     keep_full_retry_share: float = knob(0.2, "Share of retried trajectories kept with the rejected reply and "
@@ -245,6 +247,8 @@ def harness_variants(spec: HarnessSpec, case: Case, config: TrajectoryConfig
         seed = variant_seed(case.case_id, index + 1, config.seed)
         augmentation = augment(spec, hsa, seed=seed)
         variants.append((f"hsa:{seed}", augmentation.spec, augmentation.mapping.rewrite_case(case)))
+    if config.single_state and len(variants) > 1:
+        variants = [variants[random.Random(f"state:{config.seed}:{case.case_id}").randrange(len(variants))]]
     return variants
 
 

@@ -223,3 +223,19 @@ def test_training_cases_can_come_from_many_rooms_and_eval_stays_in_its_own(tmp_p
     assert rooms(many.eval_cases) == rooms(one.eval_cases) and not rooms(many.eval_cases) & rooms(many.train_pool)
     with pytest.raises(ValueError, match="train_rooms"):
         build_data(ExperimentConfig(model="tiny", train_rooms=0, workdir=str(tmp_path)))
+
+
+def test_single_hsa_states_give_hsa_sft_a_case_a_row_at_the_same_tokens_as_fixed_sft(tmp_path):
+    from training.base_models import load_tokenizer
+    from training.hat.experiment import split_training
+
+    config = ExperimentConfig(model="tiny", cases=2, train_examples=6, workdir=str(tmp_path), hsa_states="single")
+    data = build_data(config)
+    tokenizer = load_tokenizer(config.base)
+    split = split_training(config, data, tokenizer)
+    assert split["hsa_rows"] == len(split["hsa_cases"]) == 6  # pairs would take 3 cases for 6 rows
+    assert split["fixed_tokens"] >= split["hsa_tokens"] > 0
+    hat = pipeline_configs(config, data, split, tmp_path)["hat"]
+    assert hat["trajectories"]["single_state"] is True
+    with pytest.raises(ValueError, match="hsa_states"):
+        build_data(ExperimentConfig(model="tiny", workdir=str(tmp_path), hsa_states="triples"))

@@ -2,6 +2,7 @@
 retry policy, and the lineage guard."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -29,6 +30,21 @@ def test_oracle_trajectories_pass_the_judge_under_original_and_augmented_names(m
     row = kept[0].to_row()
     assert set(row) == {"messages", "tools", "meta"} and row["messages"][-1]["role"] == "assistant"
     json.dumps(row)  # the JSONL artifact is plain JSON
+
+
+def test_single_state_puts_each_case_under_one_harness_state_drawn_per_case(mini_spec, mini_cases):
+    cases = [replace(c, case_id=f"{c.case_id}-{k}") for k in range(4) for c in mini_cases]
+    both = generate_trajectories(cases, [mini_spec], TrajectoryConfig(augmented_variants=1))[0]
+    config = TrajectoryConfig(augmented_variants=1, single_state=True)
+    single = generate_trajectories(cases, [mini_spec], config)[0]
+    assert len(both) == 2 * len(cases) and len(single) == len(cases)
+    assert len({t.case_id for t in single}) == len(cases)
+    originals = sum(t.variant == "original" for t in single)
+    assert 0 < originals < len(cases)  # both states occur
+    # the drawn state is the same row the pairs layout has for that case, and the draw is stable
+    assert {(t.case_id, t.harness_hash) for t in single} <= {(t.case_id, t.harness_hash) for t in both}
+    again = generate_trajectories(cases, [mini_spec], config)[0]
+    assert [t.variant for t in again] == [t.variant for t in single]
 
 
 def test_judge_filter_drops_what_a_wrong_teacher_says(mini_spec, mini_cases):

@@ -47,6 +47,9 @@ MODELS = {"tiny": "tiny-random-smollm2", "smollm2": "smollm2-135m-instruct"}
 # The oracle teacher's protocols: tools, skill, bare facts (the reproduction's); tools, skill, each fact after
 # its tool-result field ("price 88"); skill, tools, named facts.
 ORACLES = {"tools-first": {}, "tools-first-named": {"name_fields": True}, "skill-first": {"skill_first": True}}
+# HSA-SFT's rows: each case under the original and one HSA variant (the reproduction's), or each case under one
+# of the two drawn per case (twice the distinct cases for the same rows and tokens).
+HSA_STATES = ("pairs", "single")
 ARMS = ("base", "fixed_sft", "hsa_sft", "hsa_sft_opd", "hat")
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -82,6 +85,7 @@ class ExperimentConfig:
     workdir: str = "var/hat-experiment"
     oracle: str = "tools-first"         # one of ORACLES (training.teachers: the oracle's skill_first, name_fields)
     train_rooms: int = 1                # simulator rooms the training cases are set in (eval: one other room)
+    hsa_states: str = "pairs"           # HSA-SFT rows: one of HSA_STATES
 
     @property
     def base(self) -> str:
@@ -144,7 +148,12 @@ def build_data(config: ExperimentConfig) -> Data:
     check_banks_disjoint(spec)
     # Enough pool for Fixed-SFT to match HSA-SFT's tokens with original-harness rows only.
     # One room lets a model learn its products' prices by heart instead of reading the tool result.
-    train_pool, _ = _cases(config.seed, config.train_examples + 8, spec, n_rooms=config.train_rooms)
+    if config.hsa_states not in HSA_STATES:
+        raise ValueError(f"hsa_states must be one of {', '.join(HSA_STATES)}, not {config.hsa_states!r}")
+    # With one state a case, HSA-SFT uses a case a row, and Fixed-SFT (original prompts may be longer than a
+    # variant's) needs a margin beyond that to match its tokens.
+    pool = config.train_examples + 8 if config.hsa_states == "pairs" else config.train_examples * 5 // 4 + 8
+    train_pool, _ = _cases(config.seed, pool, spec, n_rooms=config.train_rooms)
     rl_cases = simulator_cases(f"{config.seed}/rl", config.rl_cases)
     seen = train_pool + rl_cases
     eval_cases, skipped = _cases(config.seed + EVAL_SEED_OFFSET, config.cases, spec,
@@ -166,13 +175,13 @@ def teacher_config(config: ExperimentConfig) -> dict[str, Any]:
     return dict(ORACLES[config.oracle])
 
 
-def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any, teacher: dict[str, Any]
-                  ) -> tuple[list[int], list[Any]]:
+def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any, teacher: dict[str, Any],
+                  *, single_state: bool = False) -> tuple[list[int], list[Any]]:
     """Tokens of each kept trajectory (case order), as the SFT stage will count them."""
     from training.datasets import tokenize_rows
     from training.trajectories import TrajectoryConfig, generate_trajectories
 
-    config = TrajectoryConfig(augmented_variants=variants, seed=0, teacher_config=teacher)
+    config = TrajectoryConfig(augmented_variants=variants, seed=0, teacher_config=teacher, single_state=single_state)
     trajectories, _ = generate_trajectories(cases, [spec], config)
     rows = [t.to_row() for t in trajectories]
     tokenized, _ = tokenize_rows(rows, tokenizer, max_length=8192, overlong="error")
@@ -181,9 +190,10 @@ def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, token
 
 def split_training(config: ExperimentConfig, data: Data, tokenizer: Any) -> dict[str, Any]:
     """HSA-SFT's cases, and as many original-harness cases for Fixed-SFT as reach the same tokens."""
-    hsa_cases = data.train_pool[:math.ceil(config.train_examples / 2)]
+    single = config.hsa_states == "single"
+    hsa_cases = data.train_pool[:config.train_examples if single else math.ceil(config.train_examples / 2)]
     teacher = teacher_config(config)
-    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer, teacher)
+    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer, teacher, single_state=single)
     target = sum(hsa_lengths)
     fixed_lengths, fixed_trajectories = _token_counts(data.train_pool, data.spec, 0, tokenizer, teacher)
     used, total = 0, 0
@@ -248,7 +258,8 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
            "data": {"simulator_seed": config.seed, "simulator_cases": 0,
                     "cases_jsonl": [_write_cases(workdir / "hsa-cases.jsonl", split["hsa_cases"])],
                     "exclude": data.exclude},
-           "trajectories": {"augmented_variants": 1, **_teacher_knob(config)},
+           "trajectories": {"augmented_variants": 1, "single_state": config.hsa_states == "single",
+                            **_teacher_knob(config)},
            "stages": [_sft_stage(config, split["hsa_rows"]),
                       {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": config.opd_learning_rate,
                                                  "max_completion_length": 64, "per_device_train_batch_size": 2,

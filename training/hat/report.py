@@ -108,7 +108,7 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
         "",
         f"- Fixed-Harness SFT: {tokens['fixed_sft_rows']} oracle trajectories under the original harness, "
         f"{tokens['fixed_sft']} tokens, {steps['fixed_sft']} optimizer steps.",
-        f"- HSA-SFT: {tokens['hsa_sft_rows']} trajectories (each case under the original and one HSA variant), "
+        f"- HSA-SFT: {tokens['hsa_sft_rows']} trajectories ({_hsa_layout(result['config'])}), "
         f"{tokens['hsa_sft']} tokens, {steps['hsa_sft']} steps — Fixed-SFT took original-harness rows until it "
         "reached the same token count.",
         f"- General OPD: {steps['opd']} steps on the shipped general-instruction prompts (teacher: the base model).",
@@ -138,6 +138,12 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
     return "\n".join(lines)
 
 
+def _hsa_layout(config: dict[str, Any]) -> str:
+    if config.get("hsa_states", "pairs") == "single":
+        return "each case under one harness state, the original or one HSA variant, drawn per case"
+    return "each case under the original and one HSA variant"
+
+
 def render_default_markdown(result: dict[str, Any], decision: str, notes: str = "") -> str:
     """`docs/default-model.md`: the embedded default's candidate (HSA-SFT alone, `run_default_candidate`)."""
     arms, tokens, harness = result["arms"], result["train_tokens"], result["harness"]
@@ -146,7 +152,7 @@ def render_default_markdown(result: dict[str, Any], decision: str, notes: str = 
         "",
         f"HSA-SFT alone, trained as in the HAT reproduction (docs/hat-reproduction.md): model "
         f"`{result['model']}`, compact harness `{harness['path']}` (first prompt {harness['system_prompt_tokens']} "
-        f"tokens), {tokens['hsa_sft_rows']} trajectories (each case under the original and one HSA variant), "
+        f"tokens), {tokens['hsa_sft_rows']} trajectories ({_hsa_layout(result['config'])}), "
         f"{tokens['hsa_sft']} tokens, {result['steps']['hsa_sft']} optimizer steps. Wall time {result['wall_s']:.0f} s.",
         "",
         "Command: `" + result.get("command", "python benchmarks/hat_experiment.py --default-candidate") + "`",
