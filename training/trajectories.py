@@ -2,10 +2,10 @@
 
 For every case and every harness given, the teacher (`teachers.py`) answers under the original
 harness (`include_original`) and under `augmented_variants` HSA variants (seeded per case and
-variant, `harness.augmentation.augment`), or with `single_state` under one of those states drawn per case, with the case's ground truth rewritten into the variant's
-names. Each turn runs through `harness.runtime.run_turn` in the simulator's sandbox, exactly as an
-eval run does; the reference judge grades the trace and only Accuracy 1 with Effectiveness at or
-above `min_effectiveness` is kept.
+variant, `harness.augmentation.augment`), or with `single_state` under one of those states drawn per
+case, with the case's ground truth rewritten into the variant's names. Each turn runs through
+`harness.runtime.run_turn` in the simulator's sandbox, exactly as an eval run does; the reference judge
+grades the trace and only Accuracy 1 with Effectiveness at or above `min_effectiveness` is kept.
 
 A kept trajectory is what the teacher saw and said: the messages of its last model call (system
 prompt, viewer message, tool calls and results, loaded skills, hook feedback) plus the final reply
@@ -241,14 +241,19 @@ async def _one(case: Case, spec: HarnessSpec, variant: str, config: TrajectoryCo
 def harness_variants(spec: HarnessSpec, case: Case, config: TrajectoryConfig
                      ) -> list[tuple[str, HarnessSpec, Case]]:
     """(variant label, spec, case in that spec's names) for one case: the original and HSA variants."""
-    variants = [("original", spec, case)] if config.include_original else []
+    states: list[int | None] = [None] if config.include_original else []  # None: the original
+    states += range(config.augmented_variants)
+    if config.single_state and len(states) > 1:
+        states = [states[random.Random(f"state:{config.seed}:{case.case_id}").randrange(len(states))]]
+    variants = []
     hsa = HsaConfig(**config.hsa)
-    for index in range(config.augmented_variants):
+    for index in states:
+        if index is None:
+            variants.append(("original", spec, case))
+            continue
         seed = variant_seed(case.case_id, index + 1, config.seed)
         augmentation = augment(spec, hsa, seed=seed)
         variants.append((f"hsa:{seed}", augmentation.spec, augmentation.mapping.rewrite_case(case)))
-    if config.single_state and len(variants) > 1:
-        variants = [variants[random.Random(f"state:{config.seed}:{case.case_id}").randrange(len(variants))]]
     return variants
 
 
