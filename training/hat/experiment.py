@@ -91,6 +91,10 @@ class ExperimentConfig:
     def base(self) -> str:
         return MODELS[self.model]
 
+    @property
+    def single_state(self) -> bool:
+        return self.hsa_states == "single"
+
 
 @dataclass
 class Data:
@@ -152,7 +156,7 @@ def build_data(config: ExperimentConfig) -> Data:
         raise ValueError(f"hsa_states must be one of {', '.join(HSA_STATES)}, not {config.hsa_states!r}")
     # With one state a case, HSA-SFT uses a case a row, and Fixed-SFT (original prompts may be longer than a
     # variant's) needs a margin beyond that to match its tokens.
-    pool = config.train_examples + 8 if config.hsa_states == "pairs" else config.train_examples * 5 // 4 + 8
+    pool = config.train_examples * 5 // 4 + 8 if config.single_state else config.train_examples + 8
     train_pool, _ = _cases(config.seed, pool, spec, n_rooms=config.train_rooms)
     rl_cases = simulator_cases(f"{config.seed}/rl", config.rl_cases)
     seen = train_pool + rl_cases
@@ -190,7 +194,7 @@ def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, token
 
 def split_training(config: ExperimentConfig, data: Data, tokenizer: Any) -> dict[str, Any]:
     """HSA-SFT's cases, and as many original-harness cases for Fixed-SFT as reach the same tokens."""
-    single = config.hsa_states == "single"
+    single = config.single_state
     hsa_cases = data.train_pool[:config.train_examples if single else math.ceil(config.train_examples / 2)]
     teacher = teacher_config(config)
     hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer, teacher, single_state=single)
@@ -258,7 +262,7 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
            "data": {"simulator_seed": config.seed, "simulator_cases": 0,
                     "cases_jsonl": [_write_cases(workdir / "hsa-cases.jsonl", split["hsa_cases"])],
                     "exclude": data.exclude},
-           "trajectories": {"augmented_variants": 1, "single_state": config.hsa_states == "single",
+           "trajectories": {"augmented_variants": 1, "single_state": config.single_state,
                             **_teacher_knob(config)},
            "stages": [_sft_stage(config, split["hsa_rows"]),
                       {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": config.opd_learning_rate,
