@@ -68,14 +68,15 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "console.health.HealthCheckMiddleware",  # first: container probes reach it over plain HTTP on 127.0.0.1
-    "django.middleware.security.SecurityMiddleware",
+    # Django's own, as subclasses that stay on the event loop under ASGI unless a hook does I/O (console/middleware.py)
+    "console.middleware.SecurityMiddleware",
     "console.static_files.StaticFilesMiddleware",  # WhiteNoise: static files from the ASGI server itself
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.middleware.SessionMiddleware",
+    "console.middleware.CommonMiddleware",
+    "console.middleware.CsrfViewMiddleware",
+    "console.middleware.AuthenticationMiddleware",
+    "console.middleware.MessageMiddleware",
+    "console.middleware.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 

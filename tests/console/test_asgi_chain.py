@@ -1,6 +1,7 @@
 """Under ASGI every request runs the middleware chain on the event loop: no middleware is sync-only (each one
 would cost every request, the reply API's included, two thread hops), and the two of ours that made it so
-(the health probe, WhiteNoise's static files) still answer what they answered."""
+(the health probe, WhiteNoise's static files) still answer what they answered. Django's own middleware runs
+its hooks on the loop too (console/middleware.py), in a thread only for the hooks that do I/O."""
 
 import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction
@@ -8,6 +9,8 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.test import AsyncClient
 from django.utils.module_loading import import_string
+
+from tests.conftest import PASSWORD
 
 
 def test_every_middleware_runs_on_the_event_loop():
@@ -73,3 +76,66 @@ def test_asgi_requests_share_pooled_postgresql_connections():
     assert [_asgi_get("/healthz") for _ in range(12)] == [200] * 12
     stats = connection.pool.get_stats()
     assert stats["requests_num"] >= 12 and stats.get("connections_num", 0) <= 2, stats
+
+
+def _thread_hops(monkeypatch) -> list[str]:
+    """The names of the functions the async chain runs in a thread (`sync_to_async`) from now on; from now on
+    a database query on the event loop raises, as it does in production."""
+    from asgiref import sync
+
+    hops, real = [], sync.SyncToAsync.__call__
+    # The suite allows the ORM on an event loop (tests/conftest.py, for Playwright): here it must raise.
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
+
+    async def counted(self, *args, **kwargs):
+        hops.append(getattr(self.func, "__qualname__", repr(self.func)))
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
+    return hops
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_page_that_saves_nothing_runs_no_middleware_hook_in_a_thread(members, monkeypatch):
+    async def page():
+        client = AsyncClient()
+        await client.aforce_login(members["viewer"])
+        hops = _thread_hops(monkeypatch)
+        response = await client.get("/w/acme/")
+        return response.status_code, hops
+
+    status, hops = async_to_sync(page)()
+    assert status == 200
+    assert [name for name in hops if "Middleware" in name] == []
+    assert "harness_list" in hops, hops  # the (sync) view itself does run in one
+
+
+@pytest.mark.django_db(transaction=True)
+def test_session_messages_and_csrf_still_do_their_io_under_the_async_chain(members, monkeypatch):
+    """A login saves its session, a message survives the redirect and is shown once, a forged POST is refused:
+    the hooks that touch the database go to a thread (an ORM call on the loop would raise)."""
+    from console.access import Actor
+    from console.models import Workspace
+    from evaluation import services as eval_services
+
+    eval_services.eval_set_generate(actor=Actor.system("t"), workspace=Workspace.objects.get(slug="acme"),
+                                    name="lsqa", suite="live_stream_qa", seed=1, n=3)
+
+    async def flow():
+        hops = _thread_hops(monkeypatch)
+        client = AsyncClient()
+        login = await client.post("/accounts/login/", {"username": "operator", "password": PASSWORD})
+        home = await client.get("/w/acme/")
+        archived = await client.post("/w/acme/eval/sets/lsqa/archive/", {"archived": "1"})
+        shown = await client.get(archived["Location"])
+        again = await client.get(archived["Location"])
+        forged = await AsyncClient(enforce_csrf_checks=True).post("/accounts/login/", {"username": "operator"})
+        return login, home, archived, shown, again, forged, hops
+
+    login, home, archived, shown, again, forged, hops = async_to_sync(flow)()
+    assert login.status_code == 302 and home.status_code == 200
+    assert archived.status_code == 302
+    assert "Archived eval set lsqa." in shown.content.decode() and "Archived eval set lsqa." not in again.content.decode()
+    assert forged.status_code == 403
+    assert "MessageMiddleware.process_response" in hops  # reading the stored message loads it
+    assert "CsrfViewMiddleware.process_view" in hops  # the unsafe POSTs' checks
