@@ -5,7 +5,10 @@ or not the hook does I/O: the chain of settings.MIDDLEWARE cost each request 15 
 included (benchmarks/reply_path.py --asgi; about half the CPU time ASGI added to a reply). Most of these
 hooks only read headers and cookies or set lazy objects; these subclasses run those on the loop and go to
 a thread only when a hook is about to touch the database: a modified session to save, messages to load or
-store, a CSRF secret kept in the session. Under WSGI and the test client (a sync chain) nothing changes.
+store. Under WSGI and the test client (a sync chain) nothing changes.
+
+Django's security, CSRF and clickjacking middleware stay Django's own (6 of the hops): `check --deploy` finds
+them by their dotted paths, and its HSTS, SSL-redirect and secure-cookie checks only run when it does.
 """
 
 from asgiref.sync import sync_to_async
@@ -13,27 +16,18 @@ from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
-from django.middleware import clickjacking, common, csrf, security
+from django.middleware import common
 
 
 class OnLoopMixin:
     """A `MiddlewareMixin` whose hooks run on the event loop in async mode, each in a thread only when its
     `*_needs_thread` says the hook will do I/O this time."""
 
-    def __init__(self, get_response):
-        super().__init__(get_response)
-        if self.async_mode and hasattr(self, "process_view"):
-            # The handler adapts process_view by its kind: a coroutine function stays on the loop.
-            self.process_view = self._process_view_on_loop
-
     def request_needs_thread(self, request) -> bool:
         return False
 
     def response_needs_thread(self, request, response) -> bool:
         return False
-
-    def view_needs_thread(self, request, callback) -> bool:
-        return self.request_needs_thread(request)
 
     async def __acall__(self, request):
         response = None
@@ -50,16 +44,6 @@ class OnLoopMixin:
                 response = self.process_response(request, response)
         return response
 
-    async def _process_view_on_loop(self, request, callback, callback_args, callback_kwargs):
-        hook = type(self).process_view.__get__(self)
-        if self.view_needs_thread(request, callback):
-            return await sync_to_async(hook, thread_sensitive=True)(request, callback, callback_args, callback_kwargs)
-        return hook(request, callback, callback_args, callback_kwargs)
-
-
-class SecurityMiddleware(OnLoopMixin, security.SecurityMiddleware):
-    """Headers and the HTTPS redirect: no I/O."""
-
 
 class SessionMiddleware(OnLoopMixin, sessions.SessionMiddleware):
     """The session is loaded lazily (by whoever reads it, in their thread); saving it is I/O."""
@@ -73,22 +57,6 @@ class CommonMiddleware(OnLoopMixin, common.CommonMiddleware):
     """User-agent checks, the slash redirect (a URL resolution) and Content-Length: no I/O."""
 
 
-class CsrfViewMiddleware(OnLoopMixin, csrf.CsrfViewMiddleware):
-    """The secret comes from a cookie (no I/O) unless CSRF_USE_SESSIONS keeps it in the session. The check
-    itself stays in a thread for an unsafe request to a protected view: a rejection renders the failure view,
-    which may read the user."""
-
-    def request_needs_thread(self, request) -> bool:
-        return settings.CSRF_USE_SESSIONS
-
-    def view_needs_thread(self, request, callback) -> bool:
-        exempt = getattr(callback, "csrf_exempt", False) or request.method in ("GET", "HEAD", "OPTIONS", "TRACE")
-        return settings.CSRF_USE_SESSIONS or not exempt
-
-    def response_needs_thread(self, request, response) -> bool:
-        return settings.CSRF_USE_SESSIONS
-
-
 class AuthenticationMiddleware(OnLoopMixin, auth.AuthenticationMiddleware):
     """Sets request.user as a lazy object; the user is loaded by whoever reads it."""
 
@@ -99,7 +67,3 @@ class MessageMiddleware(OnLoopMixin, messages.MessageMiddleware):
     def response_needs_thread(self, request, response) -> bool:
         storage = getattr(request, "_messages", None)
         return storage is not None and (getattr(storage, "used", True) or getattr(storage, "added_new", True))
-
-
-class XFrameOptionsMiddleware(OnLoopMixin, clickjacking.XFrameOptionsMiddleware):
-    """One header: no I/O."""

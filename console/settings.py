@@ -68,15 +68,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "console.health.HealthCheckMiddleware",  # first: container probes reach it over plain HTTP on 127.0.0.1
-    # Django's own, as subclasses that stay on the event loop under ASGI unless a hook does I/O (console/middleware.py)
-    "console.middleware.SecurityMiddleware",
+    # console.middleware.*: Django's own, as subclasses that stay on the event loop under ASGI unless a hook does I/O;
+    # security, CSRF and clickjacking stay Django's (`check --deploy` finds those by path)
+    "django.middleware.security.SecurityMiddleware",
     "console.static_files.StaticFilesMiddleware",  # WhiteNoise: static files from the ASGI server itself
     "console.middleware.SessionMiddleware",
     "console.middleware.CommonMiddleware",
-    "console.middleware.CsrfViewMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "console.middleware.AuthenticationMiddleware",
     "console.middleware.MessageMiddleware",
-    "console.middleware.XFrameOptionsMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
