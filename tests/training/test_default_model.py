@@ -170,3 +170,37 @@ def test_a_model_that_answers_wrong_as_often_as_right_does_not_ship():
     ships, why = ship_decision(result(37, 63))
     assert not ships and "37 correct vs 63 wrong" in why
     assert not ship_decision(result(5, 0))[0]    # no margin over the base
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_shipped_default_answers_how_much_is_l001_from_the_tool(client, workspace, settings, tmp_path):
+    """The committed adapter itself, not a stand-in: built and served by the local backend on the compact avatar
+    it was trained for, it answers the playground's first question with a price the product tool returned."""
+    from console.access import Actor
+    from harness import services
+    from harness.spec import read_dir
+    from serving.models import Trace
+    from serving.services import api_key_create, room_upsert
+    from training.hat.experiment import COMPACT_HARNESS
+
+    assert manifest() is not None, "the project ships a trained default (training/default_model/)"
+    settings.VAR_DIR, settings.LOCAL_MODEL, settings.MODEL_BACKEND = tmp_path, None, "local"
+    build_default_gguf(tmp_path)
+    system = Actor.system("t")
+    harness = services.harness_create(actor=system, workspace=workspace, name="avatar-compact",
+                                      files=read_dir(COMPACT_HARNESS), message="first")
+    services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="ship")
+    product = {"link_id": "L001", "name": "Merino Crew-Neck Sweater", "price": 89.0, "promo_price": 71.2}
+    room_upsert(workspace=workspace, harness=harness, context={
+        "room_id": "demo-room", "title": "Demo", "currency": "$", "on_screen": "L001", "products": [product],
+        "faq": [], "promotions": [], "orders": []})
+    token = api_key_create(actor=system, workspace=workspace, name="platform", scopes=["read"])[1]
+    response = client.post("/api/v1/rooms/demo-room/reply", json.dumps({"message": "How much is L001?", "viewer_id": "v1"}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    body = response.json()
+    trace = Trace.objects.get(trace_id=body["trace_id"])
+    assert body["outcome"] == "replied", (body, trace.data.get("reason"))
+    assert body["model"].startswith("harnessops-default-")
+    looked_up = [s for s in trace.data["steps"] if s["kind"] == "tool" and s["name"] == "get_product_info_by_link_id"]
+    assert looked_up and json.loads(looked_up[0]["arguments"]) == {"link_id": "L001"}
+    assert "89" in body["reply"] or "71.2" in body["reply"], body["reply"]
