@@ -1,11 +1,11 @@
 """Django's own middleware, run on the event loop under ASGI.
 
 Under ASGI, Django's `MiddlewareMixin` runs every hook of a middleware in a thread (`sync_to_async`), whether
-or not the hook does I/O: the chain of settings.MIDDLEWARE cost each request 15 thread hops, the reply API's
-included (benchmarks/reply_path.py --asgi; about half the CPU time ASGI added to a reply). Most of these
-hooks only read headers and cookies or set lazy objects; these subclasses run those on the loop and go to
+or not the hook does I/O: the built-in middleware cost each request 13 of a reply's 17 thread hops. Most of
+these hooks only read headers and cookies or set lazy objects; these subclasses run those on the loop and go to
 a thread only when a hook is about to touch the database: a modified session to save, messages to load or
-store. Under WSGI and the test client (a sync chain) nothing changes.
+store (≈ 0.8 ms less CPU a reply, docs/performance.md). Under WSGI and the test client (a sync chain) nothing
+changes.
 
 Django's security, CSRF and clickjacking middleware stay Django's own (6 of the hops): `check --deploy` finds
 them by their dotted paths, and its HSTS, SSL-redirect and secure-cookie checks only run when it does.
@@ -20,11 +20,8 @@ from django.middleware import common
 
 
 class OnLoopMixin:
-    """A `MiddlewareMixin` whose hooks run on the event loop in async mode, each in a thread only when its
-    `*_needs_thread` says the hook will do I/O this time."""
-
-    def request_needs_thread(self, request) -> bool:
-        return False
+    """A `MiddlewareMixin` whose hooks run on the event loop in async mode: process_request always (the ones
+    below do no I/O), process_response in a thread when `response_needs_thread` says it will do I/O this time."""
 
     def response_needs_thread(self, request, response) -> bool:
         return False
@@ -32,10 +29,7 @@ class OnLoopMixin:
     async def __acall__(self, request):
         response = None
         if hasattr(self, "process_request"):
-            if self.request_needs_thread(request):
-                response = await sync_to_async(self.process_request, thread_sensitive=True)(request)
-            else:
-                response = self.process_request(request)
+            response = self.process_request(request)
         response = response or await self.get_response(request)
         if hasattr(self, "process_response"):
             if self.response_needs_thread(request, response):
