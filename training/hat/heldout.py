@@ -2,7 +2,7 @@
 
 `heldout_variant(spec, case, seed)` gives one eval case its own edited harness (one variant per case:
 with a single shared variant, "which skill do I load under these names" would be one decision
-repeated n times). Every variant applies all four edits of the issue:
+repeated n times). Every variant applies all four edits of the issue (`HELDOUT_KINDS`):
 
 - **names outside HSA's banks**: every skill and tool is renamed from `SKILL_WORDS` / `TOOL_WORDS`,
   whose tokens appear nowhere in HSA's synonym table, affixes, opaque-code prefixes or noise-skill
@@ -17,6 +17,10 @@ repeated n times). Every variant applies all four edits of the issue:
 The ground truth follows the renames (`HsaMapping.rewrite_case`), like HSA's own variants. The edit
 is built with HSA's state machinery (`harness.augmentation.augment._State`) so that every reference
 (hook matchers, CEL literals, allowed-tools, prompt text) follows a rename exactly as it does for HSA.
+
+`kinds=` keeps a subset of the four edits (the ablation in `training.hat.ablation`: which edit costs a
+model most). The random draws do not depend on it, so an edit of one kind is exactly that part of the
+case's full edit.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ LATE_SKILLS = (
     ("Handles questions about the host's personal life or schedule outside the stream.", "reply"),
     ("Answers questions about bulk gift cards and corporate gifting accounts.", "reply"),
 )
+HELDOUT_KINDS = ("names", "late_skill", "limits", "wording")
 REPLY_LIMIT_SCALE = (1.6, 2.0)   # HSA: 0.7..1.5
 MAX_TURNS_DELTA = (4, 6)         # HSA: -1..+3
 
@@ -114,34 +119,48 @@ def _fresh(rng: random.Random, banks: tuple[tuple[str, ...], ...], separator: st
             return name
 
 
-def heldout_variant(spec: HarnessSpec, case: Case, generator_seed: int) -> HeldoutVariant:
-    """The case's own held-out harness edit (module docstring), seeded by generator seed and case id."""
+def heldout_variant(spec: HarnessSpec, case: Case, generator_seed: int,
+                    kinds: tuple[str, ...] = HELDOUT_KINDS) -> HeldoutVariant:
+    """The case's own held-out harness edit (module docstring), seeded by generator seed and case id; `kinds`
+    chooses which of the four edits it applies (all by default)."""
+    unknown = sorted(set(kinds) - set(HELDOUT_KINDS))
+    if unknown or not kinds:
+        raise ValueError(f"held-out edit kinds must be a non-empty subset of {', '.join(HELDOUT_KINDS)}; "
+                         f"got {list(kinds)}")
     seed = variant_seed(generator_seed, case.case_id)
     rng = random.Random(seed)
     state = _State.of(spec, HsaConfig())
     taken = set(state.taken)
-    for name in sorted(state.skills):
-        state.skill_renames[name] = _fresh(rng, SKILL_WORDS, "-", taken)
-        state.record("heldout", "rename_skill", name, state.skill_renames[name])
-    for name in sorted(state.tools):
-        separator = "_" if "_" in name else "-"
-        state.tool_renames[name] = _fresh(rng, TOOL_WORDS, separator, taken)
-        state.record("heldout", "rename_tool", name, state.tool_renames[name])
-        if name in TOOL_WORDINGS:
-            state.tools[name] = dataclasses.replace(state.tools[name], description=TOOL_WORDINGS[name])
-            state.record("heldout", "reword_tool", name, TOOL_WORDINGS[name])
+    # Every name is drawn whether or not it is used, so each kind's edit is the same in every subset.
+    skill_names = {name: _fresh(rng, SKILL_WORDS, "-", taken) for name in sorted(state.skills)}
+    tool_names = {name: _fresh(rng, TOOL_WORDS, "_" if "_" in name else "-", taken) for name in sorted(state.tools)}
+    if "names" in kinds:
+        for name, new in skill_names.items():
+            state.skill_renames[name] = new
+            state.record("heldout", "rename_skill", name, new)
+        for name, new in tool_names.items():
+            state.tool_renames[name] = new
+            state.record("heldout", "rename_tool", name, new)
+    if "wording" in kinds:
+        for name in sorted(state.tools):
+            if name in TOOL_WORDINGS:
+                state.tools[name] = dataclasses.replace(state.tools[name], description=TOOL_WORDINGS[name])
+                state.record("heldout", "reword_tool", name, TOOL_WORDINGS[name])
     description, kind = rng.choice(LATE_SKILLS)
     late = _fresh(rng, SKILL_WORDS, "-", taken)
-    state.noise.append(Skill(name=late, description=description, kind=kind,
-                             body="Answer in one friendly sentence; no tool is needed."))
-    state.record("heldout", "add_skill", late, description)
+    if "late_skill" in kinds:
+        state.noise.append(Skill(name=late, description=description, kind=kind,
+                                 body="Answer in one friendly sentence; no tool is needed."))
+        state.record("heldout", "add_skill", late, description)
     settings = spec.settings
     reply_max = int(round(settings.reply_max_chars * rng.uniform(*REPLY_LIMIT_SCALE), -1))
     max_turns = min(16, settings.max_turns + rng.randint(*MAX_TURNS_DELTA))
-    state.settings = dataclasses.replace(settings, reply_max_chars=reply_max, max_turns=max_turns)
-    state.settings_changed["reply_max_chars"] = (settings.reply_max_chars, reply_max)
-    state.settings_changed["max_turns"] = (settings.max_turns, max_turns)
+    if "limits" in kinds:
+        state.settings = dataclasses.replace(settings, reply_max_chars=reply_max, max_turns=max_turns)
+        state.settings_changed["reply_max_chars"] = (settings.reply_max_chars, reply_max)
+        state.settings_changed["max_turns"] = (settings.max_turns, max_turns)
     edited = state.build()
     mapping = state.mapping(edited, seed)
-    return HeldoutVariant(label=f"heldout:{seed}", spec=edited, case=mapping.rewrite_case(case), mapping=mapping,
-                          late_skill=late)
+    label = f"heldout:{seed}" if set(kinds) == set(HELDOUT_KINDS) else f"heldout[{'+'.join(kinds)}]:{seed}"
+    return HeldoutVariant(label=label, spec=edited, case=mapping.rewrite_case(case), mapping=mapping,
+                          late_skill=late if "late_skill" in kinds else "")

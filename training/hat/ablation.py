@@ -1,0 +1,150 @@
+"""Which held-out edit costs a model most: the HAT reproduction's held-out set taken apart, one edit kind at a time.
+
+The reproduction applies all four held-out edits at once (`training.hat.heldout`), so its drop from the original
+harness to the held-out one cannot say which edit does the damage. `run_ablation(backend, data, ...)` judges the
+same eval cases under the original harness, under each kind alone (`HELDOUT_KINDS`: every name changed; a skill
+added after training; numeric limits moved; tool descriptions reworded), and under all four (the reproduction's
+held-out set, case for case), and pairs every condition with the original case by case (paired bootstrap CI, exact
+McNemar p; `evaluation.metrics.compare`). A kind's edit is exactly that part of the case's full edit (the
+generator's draws do not depend on the kinds kept).
+
+Each condition's per-turn records are kept in `workdir/<condition>.json` under the model's name, so an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from training.hat.experiment import Data
+from training.hat.heldout import HELDOUT_KINDS, heldout_variant
+
+CONDITIONS = ("original", *HELDOUT_KINDS, "all")
+CONDITION_TITLES = {"original": "original harness", "names": "every skill and tool renamed",
+                    "late_skill": "a skill added after training", "limits": "numeric limits moved",
+                    "wording": "tool descriptions reworded", "all": "all four (the reproduction's held-out set)"}
+
+
+def condition_items(data: Data, condition: str, generator_seed: int, limit: int) -> list[tuple[Any, Any]]:
+    """The (case, harness) pairs one condition judges: the first `limit` eval cases, each under its own edit."""
+    if condition not in CONDITIONS:
+        raise ValueError(f"condition must be one of {', '.join(CONDITIONS)}, not {condition!r}")
+    cases = data.eval_cases[:limit]
+    if condition == "original":
+        return [(case, data.spec) for case in cases]
+    kinds = HELDOUT_KINDS if condition == "all" else (condition,)
+    variants = [heldout_variant(data.spec, case, generator_seed, kinds=kinds) for case in cases]
+    return [(variant.case, variant.spec) for variant in variants]
+
+
+def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition: str, workdir: Path,
+            deadline_s: float, say: Callable[[str], None] | None) -> dict[str, Any]:
+    from training.hat.evaluate import judge_turns
+
+    saved = workdir / f"{condition}.json"
+    if saved.is_file():
+        kept = json.loads(saved.read_text())
+        if kept.get("model") == model and kept.get("harness_hashes") == [spec.content_hash for _, spec in items]:
+            return kept
+    started = time.monotonic()
+    scores = judge_turns(backend, items, deadline_s=deadline_s, label=f"ablation:{condition}", say=say)
+    record = {"model": model, "condition": condition, "harness_hashes": [spec.content_hash for _, spec in items],
+              "eval_s": round(time.monotonic() - started, 1),
+              "turns": [{"case_id": s.case_id, "accuracy": s.accuracy, "outcome": s.outcome, "reasons": list(s.reasons)}
+                        for s in scores]}
+    workdir.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _paired(original: list[dict[str, Any]], edited: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    from evaluation.metrics.compare import compare_metric
+
+    c = compare_metric({t["case_id"]: {"accuracy": t["accuracy"]} for t in original},
+                       {t["case_id"]: {"accuracy": t["accuracy"]} for t in edited}, "accuracy", seed=seed,
+                       n_resamples=5000)
+    return {"n": c.n, "delta": round(c.delta, 4), "ci": [round(c.ci_low, 4), round(c.ci_high, 4)],
+            "mcnemar_p": None if c.mcnemar_p is None else round(c.mcnemar_p, 4),
+            "worse": len(c.regressed), "better": len(c.improved)}
+
+
+def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, limit: int, workdir: Path,
+                 deadline_s: float = 600.0, seed: int = 13,
+                 say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every condition judged on the same cases (module docstring); the result is what the report renders."""
+    from training.hat.evaluate import bootstrap_ci, mean
+
+    limit = min(limit or len(data.eval_cases), len(data.eval_cases))
+    records = {condition: _judged(backend, condition_items(data, condition, generator_seed, limit), model=model,
+                                  condition=condition, workdir=workdir, deadline_s=deadline_s, say=say)
+               for condition in CONDITIONS}
+    conditions = {}
+    for index, (condition, record) in enumerate(records.items()):
+        accuracy = [t["accuracy"] for t in record["turns"]]
+        outcomes: dict[str, int] = {}
+        for turn in record["turns"]:
+            outcomes[turn["outcome"]] = outcomes.get(turn["outcome"], 0) + 1
+        conditions[condition] = {
+            "n": len(accuracy), "accuracy": round(mean(accuracy), 4), "ci": bootstrap_ci(accuracy, seed=seed + index),
+            "outcomes": dict(sorted(outcomes.items())),
+            "wrong_replies": sum(1 for t in record["turns"] if t["outcome"] == "replied" and not t["accuracy"]),
+            "eval_s": record["eval_s"],
+            "vs_original": None if condition == "original" else _paired(records["original"]["turns"],
+                                                                        record["turns"], seed + 31 * index),
+            "top_reasons": _top_reasons(record["turns"]),
+        }
+    return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
+            "conditions": conditions}
+
+
+def _top_reasons(turns: list[dict[str, Any]], k: int = 4) -> list[list[Any]]:
+    """The judge's commonest reasons for failing a turn, with how many failed turns gave each."""
+    counts: dict[str, int] = {}
+    for turn in turns:
+        if not turn["accuracy"]:
+            for reason in set(turn["reasons"]):
+                counts[reason] = counts.get(reason, 0) + 1
+    return [[reason, count] for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
+
+
+def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, notes: str = "") -> str:
+    """The ablation's page: only the measured figures of `result`."""
+    def pct(value: float) -> str:
+        return f"{100 * value:.1f}"
+
+    lines = [
+        "# Which held-out edit costs the model most (issue 13)",
+        "",
+        f"Model `{result['model']}`, compact harness (content hash `{result['harness_hash'][:12]}`), the first "
+        f"{result['n']} eval cases of its run, each judged by the reference judge under the original harness, "
+        "under each held-out edit kind alone, and under all four at once (held-out generator seed "
+        f"{result['generator_seed']}; one edit per case). Wall time {wall_s:.0f} s.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Accuracy in % with its 95% bootstrap CI; Δ is the paired difference from the original harness, case by "
+        "case (paired bootstrap 95% CI; ↑/↓ cases that got right/wrong; exact McNemar p).",
+        "",
+        "| condition | n | accuracy | Δ vs original | fallbacks | wrong replies | commonest failure reasons |",
+        "|---|---:|---:|---|---:|---:|---|",
+    ]
+    for condition, row in result["conditions"].items():
+        paired = row["vs_original"]
+        if paired is None:
+            delta = "—"
+        else:
+            p = paired["mcnemar_p"]
+            p_text = "" if p is None else (", p < 0.001" if p < 0.001 else f", p = {p:.3g}")
+            delta = (f"{100 * paired['delta']:+.1f} [{100 * paired['ci'][0]:+.1f}, {100 * paired['ci'][1]:+.1f}] "
+                     f"({paired['better']}↑ {paired['worse']}↓{p_text})")
+        reasons = "; ".join(f"{reason} ({count})" for reason, count in row["top_reasons"]) or "—"
+        lines.append(f"| {CONDITION_TITLES[condition]} | {row['n']} | {pct(row['accuracy'])} "
+                     f"[{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {delta} | {row['outcomes'].get('fallback', 0)} "
+                     f"| {row['wrong_replies']} | {reasons} |")
+    if notes:
+        lines += ["", notes.strip()]
+    return "\n".join(lines) + "\n"
