@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.backends.local import LocalBackend
     from training.hat.ablation import render_markdown, run_ablation
     from training.hat.evaluate import Capped
-    from training.hat.experiment import ExperimentConfig, build_data
+    from training.hat.experiment import ExperimentConfig, build_data, teacher_config
 
     started = time.monotonic()
     raw, trained_hash = _config(args.config)
@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = Capped(LocalBackend(gguf, n_ctx=4096, n_threads=args.threads), config.max_new_tokens)
     result = run_ablation(backend, data, model=model, generator_seed=config.heldout_seed,
                           limit=args.cases or config.eval_limit or config.cases, workdir=Path(args.workdir),
-                          deadline_s=config.eval_deadline_s, seed=config.seed, say=print)
+                          deadline_s=config.eval_deadline_s, seed=config.seed,
+                          oracle=teacher_config(config), say=print)
     result["command"] = "python benchmarks/heldout_ablation.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     result["config"] = dataclasses.asdict(config)

@@ -82,6 +82,7 @@ def test_a_model_that_reads_the_harness_keeps_its_accuracy_under_every_edit(data
     accuracy = {c: row["accuracy"] for c, row in result["conditions"].items()}
     assert accuracy["original"] > 0.5  # the oracle answers the compact harness's cases
     assert set(accuracy.values()) == {accuracy["original"]}, accuracy  # the judge follows every rename
+    assert {row["judge_control"] for row in result["conditions"].values()} == {accuracy["original"]}
 
 
 def test_a_model_that_memorised_the_names_fails_only_where_the_names_change(data, tmp_path):
@@ -98,6 +99,9 @@ def test_a_model_that_memorised_the_names_fails_only_where_the_names_change(data
         assert rows[condition]["vs_original"]["worse"] == round(5 * rows["original"]["accuracy"])
     page = render_markdown(result, command="python benchmarks/heldout_ablation.py", wall_s=1.0)
     assert "| every skill and tool renamed | 5 | 0.0 [0.0, 0.0] |" in page
+    control = rows["names"]["judge_control"]
+    assert control == rows["original"]["accuracy"]  # the oracle that reads the harness is not fooled
+    assert f"| {100 * control:.1f} | " in page
 
 
 def test_judged_conditions_are_kept_and_read_back(data, tmp_path):

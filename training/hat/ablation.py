@@ -8,6 +8,10 @@ held-out set, case for case), and pairs every condition with the original case b
 McNemar p; `evaluation.metrics.compare`). A kind's edit is exactly that part of the case's full edit (the
 generator's draws do not depend on the kinds kept).
 
+Beside the model, the oracle teacher (`training.teachers.OracleBackend`, which reads every name from the case in
+the harness's own names) answers every condition: the judge control. A drop there would be the judge's or the
+edit's (a case no longer answerable), not the model's.
+
 Each condition's per-turn records are kept in `workdir/<condition>.json` under the model's name, so an
 interrupted run resumes where it stopped.
 """
@@ -72,8 +76,22 @@ def _paired(original: list[dict[str, Any]], edited: list[dict[str, Any]], seed: 
             "worse": len(c.regressed), "better": len(c.improved)}
 
 
+def judge_control(data: Data, *, generator_seed: int, limit: int, oracle: dict[str, Any] | None = None
+                  ) -> dict[str, float]:
+    """Each condition's accuracy when the oracle teacher answers (module docstring): 1.0 everywhere unless the
+    judge, or an edit, fails a perfect harness reader."""
+    from training.hat.evaluate import judge_turns, mean
+    from training.teachers import OracleBackend
+
+    return {condition: round(mean([score.accuracy for case, spec in condition_items(data, condition, generator_seed,
+                                                                                     limit)
+                                    for score in judge_turns(OracleBackend(case, **(oracle or {})), [(case, spec)],
+                                                             deadline_s=60.0, label="control")]), 4)
+            for condition in CONDITIONS}
+
+
 def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, limit: int, workdir: Path,
-                 deadline_s: float = 600.0, seed: int = 13,
+                 deadline_s: float = 600.0, seed: int = 13, oracle: dict[str, Any] | None = None,
                  say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every condition judged on the same cases (module docstring); the result is what the report renders."""
     from training.hat.evaluate import bootstrap_ci, mean
@@ -97,6 +115,9 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
                                                                         record["turns"], seed + 31 * index),
             "top_reasons": _top_reasons(record["turns"]),
         }
+    control = judge_control(data, generator_seed=generator_seed, limit=limit, oracle=oracle)
+    for condition, accuracy in control.items():
+        conditions[condition]["judge_control"] = accuracy
     return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
             "conditions": conditions}
 
@@ -129,8 +150,9 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
         "Accuracy in % with its 95% bootstrap CI; Δ is the paired difference from the original harness, case by "
         "case (paired bootstrap 95% CI; ↑/↓ cases that got right/wrong; exact McNemar p).",
         "",
-        "| condition | n | accuracy | Δ vs original | fallbacks | wrong replies | commonest failure reasons |",
-        "|---|---:|---:|---|---:|---:|---|",
+        "| condition | n | accuracy | Δ vs original | fallbacks | wrong replies | oracle (judge control) "
+        "| commonest failure reasons |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
     ]
     for condition, row in result["conditions"].items():
         paired = row["vs_original"]
@@ -144,7 +166,7 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
         reasons = "; ".join(f"{reason} ({count})" for reason, count in row["top_reasons"]) or "—"
         lines.append(f"| {CONDITION_TITLES[condition]} | {row['n']} | {pct(row['accuracy'])} "
                      f"[{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {delta} | {row['outcomes'].get('fallback', 0)} "
-                     f"| {row['wrong_replies']} | {reasons} |")
+                     f"| {row['wrong_replies']} | {pct(row['judge_control'])} | {reasons} |")
     if notes:
         lines += ["", notes.strip()]
     return "\n".join(lines) + "\n"
