@@ -39,6 +39,7 @@ from harness.runtime import (
 from serving.model_config import backend_for
 from serving.models import ApiKey, Room, Trace
 from serving.selection import Selection, select_version
+from serving.selectors import RoomRoute, room_route
 from serving.traces import trace_row, trace_store
 
 KEY_PREFIX = "hok"
@@ -182,10 +183,10 @@ async def _answer(spec, turn, backend, arm: str, tools: ToolRegistry) -> TurnRes
             await close()
 
 
-def _harness_for(workspace: Workspace, room: Room | None, name: str | None) -> Harness:
+def _harness_for(workspace: Workspace, room: RoomRoute | None, name: str | None) -> Harness:
     if name:
         return harness_selectors.harness_get(workspace, name)
-    if room is not None and room.harness_id:
+    if room is not None and room.harness is not None:
         return room.harness
     harnesses = list(Harness.objects.filter(workspace=workspace)[:2])
     if len(harnesses) == 1:
@@ -221,7 +222,7 @@ def room_reply(
     `spec_override` runs an unsaved spec (the playground's draft) and records the trace without a version.
     """
     require(actor, workspace, READ)
-    room = Room.objects.select_related("harness").filter(workspace=workspace, room_id=room_id).first()
+    room = room_route(workspace.pk, room_id)
     context = room_context if room_context is not None else (room.context if room else None)
     if context is None:
         raise Http404(f"No room “{room_id}” in this workspace; send its context with the request.")

@@ -170,3 +170,25 @@ def test_the_publisher_sends_the_snapshot_and_reopens_the_debounce(workspace, ha
     assert sent[0][0] == f"experiment-{experiment.pk}" and sent[0][1]["type"] == "experiment.update"
     assert sent[0][1]["payload"]["experiment"]["key"] == "sent"
     assert cache.get(f"experiment-publish:{experiment.pk}") is None  # the next change schedules again
+
+
+def test_the_room_route_reads_the_stored_room_and_its_harness_as_they_are_now(harness, workspace, foreign_workspace):
+    """One uncompiled statement (serving.selectors.room_route), nothing remembered: a change is seen at once,
+    and a room is only ever found in its own workspace."""
+    from serving.selectors import room_route
+
+    room_upsert(workspace=workspace, context={**ROOM, "room_id": "routed"}, harness=harness)
+    route = room_route(workspace.pk, "routed")
+    assert route.context == {**ROOM, "room_id": "routed"}
+    assert (route.harness.pk, route.harness.name, route.harness.workspace_id) == (harness.pk, harness.name, workspace.pk)
+    assert route.harness.head_id == harness.head_id
+    assert route.harness.description == harness.description  # a field not read loads when asked for
+    assert room_route(foreign_workspace.pk, "routed") is None
+    assert room_route(workspace.pk, "elsewhere") is None
+
+    room_upsert(workspace=workspace, context={**ROOM, "room_id": "routed", "title": "Evening"})
+    assert room_route(workspace.pk, "routed").context["title"] == "Evening"
+    from serving.models import Room
+
+    Room.objects.filter(workspace=workspace, room_id="routed").update(harness=None)
+    assert room_route(workspace.pk, "routed").harness is None
