@@ -12,6 +12,7 @@ takes the others with it. A row PostgreSQL still refuses is stored as a stub
 import json
 import logging
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -45,6 +46,22 @@ def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | N
     )
 
 
+@cache
+def _insert_sql() -> tuple[str, tuple[Any, ...]]:
+    fields = tuple(f for f in Trace._meta.concrete_fields if not f.primary_key)
+    q = connection.ops.quote_name
+    columns = ", ".join(q(f.column) for f in fields)
+    return f"INSERT INTO {q(Trace._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", fields
+
+
+def _insert_one(row: Trace) -> None:
+    """`row.save(force_insert=True)` without the ORM's insert compiler (a third of the insert's CPU on the reply
+    path); values are prepared by the fields themselves, as the compiler would. The row gets no primary key."""
+    sql, fields = _insert_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields])
+
+
 def trace_store(row: Trace) -> None:
     """Write one trace now, in the caller's transaction (see the module docstring)."""
     traces_store([row])
@@ -61,7 +78,7 @@ def traces_store(rows: list[Trace]) -> int:
         if len(rows) == 1 and connection.get_autocommit():
             # One INSERT outside a transaction commits by itself: no BEGIN and COMMIT round trips. A trace id
             # already stored fails it; the row-by-row path below tells that apart from a real failure.
-            rows[0].save(force_insert=True)
+            _insert_one(rows[0])
             return 0
         with transaction.atomic():
             Trace.objects.bulk_create(rows, ignore_conflicts=True)

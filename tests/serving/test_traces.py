@@ -4,6 +4,7 @@ import time
 import uuid
 
 import pytest
+from django.db import transaction
 
 from serving.models import Trace
 from serving.traces import trace_row, traces_store
@@ -62,3 +63,26 @@ def test_the_trace_page_surfaces_hook_errors(client, members, workspace):
     html = client.get(f"/w/acme/traces/{data['trace_id']}/").content.decode()
     assert "Hook <span class=\"mono\">refuse</span> (input) could not be evaluated and failed closed" in html
     assert "(could not evaluate: failed closed)" in html and error in html
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as served: the lone trace takes the uncompiled insert
+def test_a_lone_trace_is_stored_as_the_orm_stores_it(workspace):
+    from django.forms.models import model_to_dict
+
+    lone = trace_data("how much is L001?", hooks_fired=["ground-numbers"], steps=[{"kind": "model", "at_ms": 1.5}])
+    batched = {**lone, "trace_id": uuid.uuid4().hex}
+    traces_store([row(workspace, lone)])
+    with transaction.atomic():  # in a transaction the ORM's own insert runs
+        traces_store([row(workspace, batched)])
+    stored = {t.trace_id: model_to_dict(t, exclude=["id", "trace_id", "data"]) | {"data": t.data}
+              for t in Trace.objects.all()}
+    assert stored[lone["trace_id"]] == {**stored[batched["trace_id"]],
+                                       "data": {**stored[batched["trace_id"]]["data"], "trace_id": lone["trace_id"]}}
+    assert stored[lone["trace_id"]]["created_at"] is not None and stored[lone["trace_id"]]["data"] == lone
+
+    assert traces_store([row(workspace, lone)]) == 0  # again: still one row
+    bad = row(workspace, trace_data())
+    bad.outcome = "x" * 40  # too long for its column
+    assert traces_store([bad]) == 1
+    assert Trace.objects.get(trace_id=bad.trace_id).data["storage_error"]
+    assert Trace.objects.count() == 3
