@@ -19,6 +19,7 @@ interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,11 +124,12 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
 
 
 def _top_reasons(turns: list[dict[str, Any]], k: int = 4) -> list[list[Any]]:
-    """The judge's commonest reasons for failing a turn, with how many failed turns gave each."""
+    """The judge's commonest kinds of reason for failing a turn (its wording up to the first detail, so the
+    names of each case's own edit do not split a kind), with how many failed turns gave each."""
     counts: dict[str, int] = {}
     for turn in turns:
         if not turn["accuracy"]:
-            for reason in set(turn["reasons"]):
+            for reason in {re.split(r"[:(]", reason, maxsplit=1)[0].strip() for reason in turn["reasons"]}:
                 counts[reason] = counts.get(reason, 0) + 1
     return [[reason, count] for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
