@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from training.hat.ablation import CONDITIONS, condition_items, render_markdown, run_ablation
+from training.hat.ablation import CONDITIONS, condition_items, render_markdown, renamed_tool_calls, run_ablation
 from training.hat.experiment import ExperimentConfig, build_data
 from training.hat.heldout import HELDOUT_KINDS, heldout_variant
 from training.teachers import OracleBackend
@@ -97,11 +97,28 @@ def test_a_model_that_memorised_the_names_fails_only_where_the_names_change(data
         assert rows[condition]["accuracy"] == 0.0, condition
         assert rows[condition]["vs_original"]["delta"] == -rows["original"]["accuracy"]
         assert rows[condition]["vs_original"]["worse"] == round(5 * rows["original"]["accuracy"])
+    # the memoriser finds none of its names among the renamed tools, so it calls none
+    calls = rows["names"]["renamed_tool_calls"]
+    assert calls["no tool"] > 0 and sum(calls.values()) == calls["no tool"]
     page = render_markdown(result, command="python benchmarks/heldout_ablation.py", wall_s=1.0)
     assert "| every skill and tool renamed | 5 | 0.0 [0.0, 0.0] |" in page
     control = rows["names"]["judge_control"]
     assert control == rows["original"]["accuracy"]  # the oracle that reads the harness is not fooled
     assert f"| {100 * control:.1f} | " in page
+
+
+def test_missed_tool_calls_are_told_apart_by_what_was_called(data):
+    items = condition_items(data, "names", 1301, 5)
+    trained, shown = data.spec.tools[0].name, items[2][1].tools[0].name
+    miss = ["expected tool call not made: x({})"]
+    turns = [{"reasons": miss, "tools_called": ["load_skill", trained]},
+             {"reasons": miss, "tools_called": ["fetch_thing"]},
+             {"reasons": miss, "tools_called": [shown]},
+             {"reasons": miss, "tools_called": ["load_skill"]},
+             {"reasons": ["missing fact"], "tools_called": []}]  # not a missed call: not counted
+    assert renamed_tool_calls(data, items, turns) == {"a training-harness name": 1,
+                                                      "another name not in its harness": 1,
+                                                      "only its harness's tools": 1, "no tool": 1}
 
 
 def test_judged_conditions_are_kept_and_read_back(data, tmp_path):

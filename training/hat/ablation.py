@@ -59,8 +59,8 @@ def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition
     scores = judge_turns(backend, items, deadline_s=deadline_s, label=f"ablation:{condition}", say=say)
     record = {"model": model, "condition": condition, "harness_hashes": [spec.content_hash for _, spec in items],
               "eval_s": round(time.monotonic() - started, 1),
-              "turns": [{"case_id": s.case_id, "accuracy": s.accuracy, "outcome": s.outcome, "reasons": list(s.reasons)}
-                        for s in scores]}
+              "turns": [{"case_id": s.case_id, "accuracy": s.accuracy, "outcome": s.outcome, "reasons": list(s.reasons),
+                         "tools_called": list(s.tools_called)} for s in scores]}
     workdir.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(record, indent=1))
     return record
@@ -116,11 +116,37 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
                                                                         record["turns"], seed + 31 * index),
             "top_reasons": _top_reasons(record["turns"]),
         }
+    for condition in ("names", "all"):
+        conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(
+            data, condition_items(data, condition, generator_seed, limit), records[condition]["turns"])
     control = judge_control(data, generator_seed=generator_seed, limit=limit, oracle=oracle)
     for condition, accuracy in control.items():
         conditions[condition]["judge_control"] = accuracy
     return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
             "conditions": conditions}
+
+
+def renamed_tool_calls(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
+    """Under renamed tools, what a model did in each turn that missed an expected tool call: called a name of the
+    harness it was trained on (the name it learnt, not the one it was shown), called some other name its harness
+    does not have, called only tools its harness has (the wrong ones), or called none."""
+    trained = {tool.name for tool in data.spec.tools}
+    counts = {"a training-harness name": 0, "another name not in its harness": 0, "only its harness's tools": 0,
+              "no tool": 0}
+    for (_, spec), turn in zip(items, turns, strict=True):
+        if not any(reason.startswith("expected tool call not made") for reason in turn["reasons"]):
+            continue
+        called = set(turn.get("tools_called", ())) - {"load_skill"}
+        shown = {tool.name for tool in spec.tools}
+        if called & trained - shown:
+            counts["a training-harness name"] += 1
+        elif called - shown:
+            counts["another name not in its harness"] += 1
+        elif called:
+            counts["only its harness's tools"] += 1
+        else:
+            counts["no tool"] += 1
+    return counts
 
 
 def _top_reasons(turns: list[dict[str, Any]], k: int = 4) -> list[list[Any]]:
@@ -169,6 +195,11 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
         lines.append(f"| {CONDITION_TITLES[condition]} | {row['n']} | {pct(row['accuracy'])} "
                      f"[{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {delta} | {row['outcomes'].get('fallback', 0)} "
                      f"| {row['wrong_replies']} | {pct(row['judge_control'])} | {reasons} |")
+    for condition in ("names", "all"):
+        calls = result["conditions"][condition].get("renamed_tool_calls")
+        if calls and any(calls.values()):
+            lines += ["", f"Turns that missed an expected tool call under “{CONDITION_TITLES[condition]}”, by what the "
+                      "model called instead: " + "; ".join(f"{what} {count}" for what, count in calls.items()) + "."]
     if notes:
         lines += ["", notes.strip()]
     return "\n".join(lines) + "\n"

@@ -98,6 +98,7 @@ class TurnScore:
     effectiveness: float
     outcome: str
     reasons: tuple[str, ...]
+    tools_called: tuple[str, ...] = ()  # in call order, load_skill included
 
 
 def load_for_eval(model_dir: str, *, device: str = "cpu") -> tuple[Any, Any]:
@@ -127,7 +128,7 @@ def judge_turns(backend: Any, items: Sequence[tuple[Case, HarnessSpec]], *, dead
                                       deadline_s=deadline_s))
         verdict = judge_reference(case, result.trace)
         scores.append(TurnScore(case.case_id, int(verdict.accuracy), float(verdict.effectiveness), result.outcome,
-                                tuple(verdict.reasons)))
+                                tuple(verdict.reasons), tuple(result.trace.get("tools_called") or ())))
         if say and (index % 20 == 0 or index == len(items)):
             elapsed = time.monotonic() - started
             say(f"hat: {label} {index}/{len(items)} judged, accuracy so far "
