@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from training.hat.ablation import CONDITIONS, condition_items, render_markdown, renamed_tool_calls, run_ablation
+from training.hat.ablation import (
+    CONDITIONS,
+    condition_items,
+    renamed_tool_calls,
+    render_markdown,
+    run_ablation,
+)
 from training.hat.experiment import ExperimentConfig, build_data
 from training.hat.heldout import HELDOUT_KINDS, heldout_variant
 from training.teachers import OracleBackend
