@@ -13,6 +13,7 @@ import pytest
 from training.hat.ablation import (
     CONDITIONS,
     condition_items,
+    renamed_skill_loads,
     renamed_tool_calls,
     render_markdown,
     run_ablation,
@@ -106,6 +107,8 @@ def test_a_model_that_memorised_the_names_fails_only_where_the_names_change(data
     # the memoriser finds none of its names among the renamed tools, so it calls none
     calls = rows["names"]["renamed_tool_calls"]
     assert calls["no tool"] > 0 and sum(calls.values()) == calls["no tool"]
+    loads = rows["names"]["renamed_skill_loads"]  # it asks for the skill by the name it knows
+    assert loads["a training-harness name"] > 0 and sum(loads.values()) == loads["a training-harness name"]
     page = render_markdown(result, command="python benchmarks/heldout_ablation.py", wall_s=1.0)
     assert "| every skill and tool renamed | 5 | 0.0 [0.0, 0.0] |" in page
     control = rows["names"]["judge_control"]
@@ -125,6 +128,20 @@ def test_missed_tool_calls_are_told_apart_by_what_was_called(data):
     assert renamed_tool_calls(data, items, turns) == {"a training-harness name": 1,
                                                       "another name not in its harness": 1,
                                                       "only its harness's tools": 1, "no tool": 1}
+
+
+def test_missed_skill_loads_are_told_apart_by_what_was_asked_for(data):
+    items = condition_items(data, "names", 1301, 5)
+    trained, shown = data.spec.skills[0].name, items[2][1].skills[0].name
+    miss = ["no expected reply skill loaded (expected one of x; loaded none)"]
+    turns = [{"reasons": miss, "skills_asked": [trained]},
+             {"reasons": miss, "skills_asked": ["friendly-chat"]},
+             {"reasons": miss, "skills_asked": [shown]},
+             {"reasons": miss, "skills_asked": []},
+             {"reasons": ["missing fact"], "skills_asked": [trained]}]  # its skill was right: not counted
+    assert renamed_skill_loads(data, items, turns) == {"a training-harness name": 1,
+                                                       "another name not in its harness": 1,
+                                                       "only its harness's skills": 1, "no skill": 1}
 
 
 def test_judged_conditions_are_kept_and_read_back(data, tmp_path):

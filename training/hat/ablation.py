@@ -60,7 +60,7 @@ def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition
     record = {"model": model, "condition": condition, "harness_hashes": [spec.content_hash for _, spec in items],
               "eval_s": round(time.monotonic() - started, 1),
               "turns": [{"case_id": s.case_id, "accuracy": s.accuracy, "outcome": s.outcome, "reasons": list(s.reasons),
-                         "tools_called": list(s.tools_called)} for s in scores]}
+                         "tools_called": list(s.tools_called), "skills_asked": list(s.skills_asked)} for s in scores]}
     workdir.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(record, indent=1))
     return record
@@ -117,8 +117,9 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
             "top_reasons": _top_reasons(record["turns"]),
         }
     for condition in ("names", "all"):
-        conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(
-            data, condition_items(data, condition, generator_seed, limit), records[condition]["turns"])
+        items = condition_items(data, condition, generator_seed, limit)
+        conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(data, items, records[condition]["turns"])
+        conditions[condition]["renamed_skill_loads"] = renamed_skill_loads(data, items, records[condition]["turns"])
     control = judge_control(data, generator_seed=generator_seed, limit=limit, oracle=oracle)
     for condition, accuracy in control.items():
         conditions[condition]["judge_control"] = accuracy
@@ -146,6 +147,29 @@ def renamed_tool_calls(data: Data, items: list[tuple[Any, Any]], turns: list[dic
             counts["only its harness's tools"] += 1
         else:
             counts["no tool"] += 1
+    return counts
+
+
+def renamed_skill_loads(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
+    """Under renamed skills, what a model asked load_skill for in each turn that loaded no expected reply skill:
+    a skill name of the harness it was trained on, some other name its harness does not have, only skills its
+    harness has (the wrong ones), or nothing."""
+    trained = {skill.name for skill in data.spec.skills}
+    counts = {"a training-harness name": 0, "another name not in its harness": 0, "only its harness's skills": 0,
+              "no skill": 0}
+    for (_, spec), turn in zip(items, turns, strict=True):
+        if not any(reason.startswith("no expected reply skill loaded") for reason in turn["reasons"]):
+            continue
+        asked = set(turn.get("skills_asked", ()))
+        shown = {skill.name for skill in spec.skills}
+        if asked & trained - shown:
+            counts["a training-harness name"] += 1
+        elif asked - shown:
+            counts["another name not in its harness"] += 1
+        elif asked:
+            counts["only its harness's skills"] += 1
+        else:
+            counts["no skill"] += 1
     return counts
 
 
@@ -196,10 +220,12 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
                      f"[{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {delta} | {row['outcomes'].get('fallback', 0)} "
                      f"| {row['wrong_replies']} | {pct(row['judge_control'])} | {reasons} |")
     for condition in ("names", "all"):
-        calls = result["conditions"][condition].get("renamed_tool_calls")
-        if calls and any(calls.values()):
-            lines += ["", f"Turns that missed an expected tool call under “{CONDITION_TITLES[condition]}”, by what the "
-                      "model called instead: " + "; ".join(f"{what} {count}" for what, count in calls.items()) + "."]
+        for key, missed in (("renamed_tool_calls", "missed an expected tool call"),
+                            ("renamed_skill_loads", "loaded no expected reply skill")):
+            counts = result["conditions"][condition].get(key)
+            if counts and any(counts.values()):
+                lines += ["", f"Turns that {missed} under “{CONDITION_TITLES[condition]}”, by what the model asked "
+                          "for instead: " + "; ".join(f"{what} {count}" for what, count in counts.items()) + "."]
     if notes:
         lines += ["", notes.strip()]
     return "\n".join(lines) + "\n"

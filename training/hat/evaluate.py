@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -99,6 +100,19 @@ class TurnScore:
     outcome: str
     reasons: tuple[str, ...]
     tools_called: tuple[str, ...] = ()  # in call order, load_skill included
+    skills_asked: tuple[str, ...] = ()  # the names the model passed to load_skill, in order
+
+
+def _skills_asked(trace: Mapping[str, Any]) -> tuple[str, ...]:
+    asked = []
+    for step in trace.get("steps") or ():
+        if step.get("kind") == "tool" and step.get("name") == "load_skill":
+            try:
+                name = json.loads(step.get("arguments") or "{}").get("name")
+            except (ValueError, AttributeError):
+                name = None
+            asked.append(name if isinstance(name, str) else "")
+    return tuple(asked)
 
 
 def load_for_eval(model_dir: str, *, device: str = "cpu") -> tuple[Any, Any]:
@@ -128,7 +142,8 @@ def judge_turns(backend: Any, items: Sequence[tuple[Case, HarnessSpec]], *, dead
                                       deadline_s=deadline_s))
         verdict = judge_reference(case, result.trace)
         scores.append(TurnScore(case.case_id, int(verdict.accuracy), float(verdict.effectiveness), result.outcome,
-                                tuple(verdict.reasons), tuple(result.trace.get("tools_called") or ())))
+                                tuple(verdict.reasons), tuple(result.trace.get("tools_called") or ()),
+                                _skills_asked(result.trace)))
         if say and (index % 20 == 0 or index == len(items)):
             elapsed = time.monotonic() - started
             say(f"hat: {label} {index}/{len(items)} judged, accuracy so far "
