@@ -128,48 +128,37 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
 
 
 def renamed_tool_calls(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
-    """Under renamed tools, what a model did in each turn that missed an expected tool call: called a name of the
-    harness it was trained on (the name it learnt, not the one it was shown), called some other name its harness
-    does not have, called only tools its harness has (the wrong ones), or called none."""
-    trained = {tool.name for tool in data.spec.tools}
-    counts = {"a training-harness name": 0, "another name not in its harness": 0, "only its harness's tools": 0,
-              "no tool": 0}
-    for (_, spec), turn in zip(items, turns, strict=True):
-        if not any(reason.startswith("expected tool call not made") for reason in turn["reasons"]):
-            continue
-        called = set(turn.get("tools_called", ())) - {"load_skill"}
-        shown = {tool.name for tool in spec.tools}
-        if called & trained - shown:
-            counts["a training-harness name"] += 1
-        elif called - shown:
-            counts["another name not in its harness"] += 1
-        elif called:
-            counts["only its harness's tools"] += 1
-        else:
-            counts["no tool"] += 1
-    return counts
+    """Under renamed tools, what a model called in each turn that missed an expected tool call: a tool name of the
+    harness it was trained on (the name it learnt, not the one it was shown), some other name its harness does
+    not have, only tools its harness has (the wrong ones), or none."""
+    return _asked_instead(data, items, turns, kind="tools", missed="expected tool call not made",
+                          asked=lambda turn: set(turn.get("tools_called", ())) - {"load_skill"})
 
 
 def renamed_skill_loads(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
-    """Under renamed skills, what a model asked load_skill for in each turn that loaded no expected reply skill:
-    a skill name of the harness it was trained on, some other name its harness does not have, only skills its
-    harness has (the wrong ones), or nothing."""
-    trained = {skill.name for skill in data.spec.skills}
-    counts = {"a training-harness name": 0, "another name not in its harness": 0, "only its harness's skills": 0,
-              "no skill": 0}
+    """Under renamed skills, what a model asked load_skill for in each turn that loaded no expected reply skill
+    (the same four answers as `renamed_tool_calls`)."""
+    return _asked_instead(data, items, turns, kind="skills", missed="no expected reply skill loaded",
+                          asked=lambda turn: set(turn.get("skills_asked", ())))
+
+
+def _asked_instead(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]], *, kind: str, missed: str,
+                   asked: Callable[[dict[str, Any]], set[str]]) -> dict[str, int]:
+    trained = {module.name for module in getattr(data.spec, kind)}
+    counts = {"a training-harness name": 0, "another name not in its harness": 0, f"only its harness's {kind}": 0,
+              f"no {kind[:-1]}": 0}
     for (_, spec), turn in zip(items, turns, strict=True):
-        if not any(reason.startswith("no expected reply skill loaded") for reason in turn["reasons"]):
+        if not any(reason.startswith(missed) for reason in turn["reasons"]):
             continue
-        asked = set(turn.get("skills_asked", ()))
-        shown = {skill.name for skill in spec.skills}
-        if asked & trained - shown:
+        names, shown = asked(turn), {module.name for module in getattr(spec, kind)}
+        if names & trained - shown:
             counts["a training-harness name"] += 1
-        elif asked - shown:
+        elif names - shown:
             counts["another name not in its harness"] += 1
-        elif asked:
-            counts["only its harness's skills"] += 1
+        elif names:
+            counts[f"only its harness's {kind}"] += 1
         else:
-            counts["no skill"] += 1
+            counts[f"no {kind[:-1]}"] += 1
     return counts
 
 
