@@ -213,7 +213,7 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
                             ("renamed_skill_loads", "loaded no expected reply skill")):
             counts = result["conditions"][condition].get(key)
             if counts and any(counts.values()):
-                lines += ["", f"Turns that {missed} under “{CONDITION_TITLES[condition]}”, by what the model asked "
+                lines += ["", f"Turns (right or wrong) that {missed} under “{CONDITION_TITLES[condition]}”, by what the model asked "
                           "for instead: " + "; ".join(f"{what} {count}" for what, count in counts.items()) + "."]
     if notes:
         lines += ["", notes.strip()]
