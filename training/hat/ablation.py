@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training.hat.experiment import Data
+from training.hat.experiment import Data, paired_accuracy
 from training.hat.heldout import HELDOUT_KINDS, heldout_variant
 
 CONDITIONS = ("original", *HELDOUT_KINDS, "all")
@@ -66,29 +66,15 @@ def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition
     return record
 
 
-def _paired(original: list[dict[str, Any]], edited: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-    from evaluation.metrics.compare import compare_metric
-
-    c = compare_metric({t["case_id"]: {"accuracy": t["accuracy"]} for t in original},
-                       {t["case_id"]: {"accuracy": t["accuracy"]} for t in edited}, "accuracy", seed=seed,
-                       n_resamples=5000)
-    return {"n": c.n, "delta": round(c.delta, 4), "ci": [round(c.ci_low, 4), round(c.ci_high, 4)],
-            "mcnemar_p": None if c.mcnemar_p is None else round(c.mcnemar_p, 4),
-            "worse": len(c.regressed), "better": len(c.improved)}
-
-
-def judge_control(data: Data, *, generator_seed: int, limit: int, oracle: dict[str, Any] | None = None
-                  ) -> dict[str, float]:
-    """Each condition's accuracy when the oracle teacher answers (module docstring): 1.0 everywhere unless the
-    judge, or an edit, fails a perfect harness reader."""
+def judge_control(items: list[tuple[Any, Any]], oracle: dict[str, Any] | None = None) -> float:
+    """A condition's accuracy when the oracle teacher answers (module docstring): 1.0 unless the judge, or an
+    edit, fails a perfect harness reader."""
     from training.hat.evaluate import judge_turns, mean
     from training.teachers import OracleBackend
 
-    return {condition: round(mean([score.accuracy for case, spec in condition_items(data, condition, generator_seed,
-                                                                                     limit)
-                                    for score in judge_turns(OracleBackend(case, **(oracle or {})), [(case, spec)],
-                                                             deadline_s=60.0, label="control")]), 4)
-            for condition in CONDITIONS}
+    return round(mean([score.accuracy for case, spec in items
+                       for score in judge_turns(OracleBackend(case, **(oracle or {})), [(case, spec)],
+                                                deadline_s=60.0, label="control")]), 4)
 
 
 def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, limit: int, workdir: Path,
@@ -98,8 +84,9 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
     from training.hat.evaluate import bootstrap_ci, mean
 
     limit = min(limit or len(data.eval_cases), len(data.eval_cases))
-    records = {condition: _judged(backend, condition_items(data, condition, generator_seed, limit), model=model,
-                                  condition=condition, workdir=workdir, deadline_s=deadline_s, say=say)
+    items = {condition: condition_items(data, condition, generator_seed, limit) for condition in CONDITIONS}
+    records = {condition: _judged(backend, items[condition], model=model, condition=condition, workdir=workdir,
+                                  deadline_s=deadline_s, say=say)
                for condition in CONDITIONS}
     conditions = {}
     for index, (condition, record) in enumerate(records.items()):
@@ -112,17 +99,15 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
             "outcomes": dict(sorted(outcomes.items())),
             "wrong_replies": sum(1 for t in record["turns"] if t["outcome"] == "replied" and not t["accuracy"]),
             "eval_s": record["eval_s"],
-            "vs_original": None if condition == "original" else _paired(records["original"]["turns"],
-                                                                        record["turns"], seed + 31 * index),
+            "vs_original": None if condition == "original" else paired_accuracy(
+                records["original"]["turns"], record["turns"], seed=seed + 31 * index),
             "top_reasons": _top_reasons(record["turns"]),
+            "judge_control": judge_control(items[condition], oracle),
         }
     for condition in ("names", "all"):
-        items = condition_items(data, condition, generator_seed, limit)
-        conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(data, items, records[condition]["turns"])
-        conditions[condition]["renamed_skill_loads"] = renamed_skill_loads(data, items, records[condition]["turns"])
-    control = judge_control(data, generator_seed=generator_seed, limit=limit, oracle=oracle)
-    for condition, accuracy in control.items():
-        conditions[condition]["judge_control"] = accuracy
+        turns = records[condition]["turns"]
+        conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(data, items[condition], turns)
+        conditions[condition]["renamed_skill_loads"] = renamed_skill_loads(data, items[condition], turns)
     return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
             "conditions": conditions}
 
@@ -213,8 +198,9 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
                             ("renamed_skill_loads", "loaded no expected reply skill")):
             counts = result["conditions"][condition].get(key)
             if counts and any(counts.values()):
-                lines += ["", f"Turns (right or wrong) that {missed} under “{CONDITION_TITLES[condition]}”, by what the model asked "
-                          "for instead: " + "; ".join(f"{what} {count}" for what, count in counts.items()) + "."]
+                lines += ["", f"Turns (right or wrong) that {missed} under “{CONDITION_TITLES[condition]}”, by what "
+                          "the model asked for instead: "
+                          + "; ".join(f"{what} {count}" for what, count in counts.items()) + "."]
     if notes:
         lines += ["", notes.strip()]
     return "\n".join(lines) + "\n"

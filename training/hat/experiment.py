@@ -320,17 +320,11 @@ def paired_comparisons(raw: dict[str, dict[str, Any]], *, seed: int) -> dict[str
     held-out edits, and each arm's own drop from the original harness to its held-out edit. Paired
     percentile bootstrap of the mean difference and the exact McNemar p (`evaluation.metrics.compare`).
     Also the report's headline figure: the share of the base's held-out errors an arm removes."""
-    from evaluation.metrics.compare import compare_metric
+    def run(arm: str, part: str) -> list[dict[str, Any]]:
+        return list(raw[arm].get("turns", {}).get(part, ()))
 
-    def run(arm: str, part: str) -> dict[str, dict[str, int]]:
-        return {t["case_id"]: {"accuracy": t["accuracy"]} for t in raw[arm].get("turns", {}).get(part, ())}
-
-    def summary(baseline: dict[str, Any], candidate: dict[str, Any], salt: int) -> dict[str, Any]:
-        c = compare_metric(baseline, candidate, "accuracy", seed=seed + salt, n_resamples=5000)
-        return {"n": c.n, "delta": round(c.delta, 4) if c.n else None,
-                "ci": [round(c.ci_low, 4), round(c.ci_high, 4)] if c.n else None,
-                "mcnemar_p": None if c.mcnemar_p is None else round(c.mcnemar_p, 4),
-                "worse": len(c.regressed), "better": len(c.improved)}
+    def summary(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], salt: int) -> dict[str, Any]:
+        return paired_accuracy(baseline, candidate, seed=seed + salt)
 
     trained = [arm for arm in ARMS if arm not in ("base", "fixed_sft")]
     base_errors = 1.0 - raw["base"]["heldout"]
@@ -342,6 +336,21 @@ def paired_comparisons(raw: dict[str, dict[str, Any]], *, seed: int) -> dict[str
             arm: round((base_errors - (1.0 - raw[arm]["heldout"])) / base_errors, 4) if base_errors else None
             for arm in ARMS if arm != "base"},
     }
+
+
+def paired_accuracy(baseline: Sequence[dict[str, Any]], candidate: Sequence[dict[str, Any]], *,
+                    seed: int) -> dict[str, Any]:
+    """Two runs' per-turn records (`case_id`, `accuracy`) compared case by case: the mean difference with its paired
+    bootstrap 95% CI, the exact McNemar p, and how many cases got worse and better."""
+    from evaluation.metrics.compare import compare_metric
+
+    c = compare_metric({t["case_id"]: {"accuracy": t["accuracy"]} for t in baseline},
+                       {t["case_id"]: {"accuracy": t["accuracy"]} for t in candidate}, "accuracy", seed=seed,
+                       n_resamples=5000)
+    return {"n": c.n, "delta": round(c.delta, 4) if c.n else None,
+            "ci": [round(c.ci_low, 4), round(c.ci_high, 4)] if c.n else None,
+            "mcnemar_p": None if c.mcnemar_p is None else round(c.mcnemar_p, 4),
+            "worse": len(c.regressed), "better": len(c.improved)}
 
 
 def _turn_record(score: Any) -> dict[str, Any]:
