@@ -29,6 +29,12 @@ _memo: dict[tuple[int, Any], tuple[str, Any]] = {}
 _lock = threading.Lock()
 # Tokens this request has read already (see `tokens_read`); None outside one.
 _read: ContextVar[dict[int, int] | None] = ContextVar("routing_tokens_read", default=None)
+# True while a caller on the event loop may only use what is remembered (see `from_memory`).
+_memory_only: ContextVar[bool] = ContextVar("routing_memory_only", default=False)
+
+
+class NotRemembered(LookupError):
+    """Under `from_memory`: answering needs a read of the database."""
 
 
 def token_key(harness_id: int) -> str:
@@ -49,6 +55,22 @@ def tokens_read(tokens: dict[int, int]) -> Iterator[None]:
         yield
     finally:
         _read.reset(reset)
+
+
+@contextmanager
+def from_memory() -> Iterator[None]:
+    """Within: `remembered` answers only from memory (with the tokens of `tokens_read`) and raises NotRemembered
+    where it would compute, so a caller on the event loop finds out, without a query, whether it can answer."""
+    reset = _memory_only.set(True)
+    try:
+        yield
+    finally:
+        _memory_only.reset(reset)
+
+
+def memory_only() -> bool:
+    """Whether the caller is inside `from_memory` (a selector that would query must raise NotRemembered)."""
+    return _memory_only.get()
 
 
 def routing_token(harness_id: int) -> int:
@@ -79,6 +101,12 @@ def remembered(harness_id: int, what: Any, compute: Callable[[], Any]) -> Any:
     """`compute()` (a read of this harness's routing), reused while the harness's token stays the same.
 
     An exception from `compute` (an unknown label) is raised and nothing is remembered."""
+    if _memory_only.get():
+        known = _read.get() or {}
+        hit = _memo.get((harness_id, what))
+        if harness_id in known and hit is not None and hit[0] == known[harness_id]:
+            return hit[1]
+        raise NotRemembered(what)
     token = routing_token(harness_id)
     if not token:
         return compute()

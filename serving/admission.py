@@ -23,7 +23,9 @@ local out = {redis.call('INCR', KEYS[1])}
 for i = 2, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
 return out
 """
-WINDOW_TIMEOUT_S = 90  # a one-minute window's counter outlives its minute a little
+WINDOW_TIMEOUT_S = 90
+# The ASGI scope key under which serving.lean_reply hands Django's reply route a request it admitted already.
+HANDED_OVER_ADMISSION = "harnessops.reply_admission"  # a one-minute window's counter outlives its minute a little
 
 _client_lock = threading.Lock()
 _script = None
@@ -56,15 +58,46 @@ def _number(raw) -> int:
 
 def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> Admission:
     """Count this request in `key`'s window of the current minute and read what the reply route needs."""
-    window = int(time.time() // 60)
-    counter = f"ratelimit:{key}:{window}"
     if not getattr(settings, "REDIS_URL", None):
         from serving.services import rate_limit_hit
 
         return Admission(over_limit=rate_limit_hit(key=key, limit_per_minute=limit_per_minute),
                          keys_generation=cache.get(API_ACCESS_GENERATION) or 0)
-    names = [counter, API_ACCESS_GENERATION] + ([routing.token_key(harness_id)] if harness_id is not None else [])
-    count, generation, *token = _redis_script()(keys=[cache.make_key(name) for name in names],
-                                                 args=[WINDOW_TIMEOUT_S])
+    keys = _admit_keys(key, harness_id)
+    return _admission(_redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S]), limit_per_minute, harness_id)
+
+
+async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int) -> Admission:
+    """`reply_admit` on the event loop (serving.lean_reply), with Redis's asyncio client; needs REDIS_URL."""
+    keys = _admit_keys(key, harness_id)
+    return _admission(await _async_script()(keys=keys, args=[WINDOW_TIMEOUT_S]), limit_per_minute, harness_id)
+
+
+def _admit_keys(key: str, harness_id: int | None) -> list[str]:
+    names = [f"ratelimit:{key}:{int(time.time() // 60)}", API_ACCESS_GENERATION]
+    if harness_id is not None:
+        names.append(routing.token_key(harness_id))
+    return [cache.make_key(name) for name in names]
+
+
+def _admission(replies: list, limit_per_minute: int, harness_id: int | None) -> Admission:
+    count, generation, *token = replies
     tokens = {harness_id: _number(token[0])} if token and _number(token[0]) else {}
     return Admission(over_limit=count > limit_per_minute, keys_generation=_number(generation), routing_tokens=tokens)
+
+
+_async_scripts: dict = {}  # event loop → its client's registered script (a client belongs to one loop)
+
+
+def _async_script():
+    import asyncio
+
+    import redis.asyncio
+
+    loop = asyncio.get_running_loop()
+    script = _async_scripts.get(loop)
+    if script is None:
+        for stale in [other for other in _async_scripts if other.is_closed()]:
+            del _async_scripts[stale]
+        script = _async_scripts[loop] = redis.asyncio.Redis.from_url(settings.REDIS_URL).register_script(_ADMIT)
+    return script

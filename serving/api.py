@@ -9,11 +9,12 @@ from ninja.errors import AuthenticationError, HttpError
 
 from console.schemas import errors, reject_unknown_query
 from harness.routing import tokens_read
-from harness.runtime import reply_chunks
+from harness.runtime import TurnResult, reply_chunks
 from serving import services
-from serving.admission import reply_admit
+from serving.admission import HANDED_OVER_ADMISSION, reply_admit
 from serving.auth import RememberedApiKeyAuth
 from serving.schemas import EventsIn, EventsOut, ReplyIn, ReplyOut
+from serving.selection import Selection
 
 router = Router(tags=["replies"])
 
@@ -22,8 +23,10 @@ def _admit(request, room_id: str, harness_name: str | None) -> dict[int, int]:
     """Size, key and rate limit, with one Redis round trip; returns the routing tokens it read."""
     if len(request.body) > settings.REPLY_MAX_BODY_BYTES:
         raise HttpError(413, f"Request body is larger than {settings.REPLY_MAX_BODY_BYTES // 1024} KiB.")
-    admission = reply_admit(key=f"key{request.api_key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
-                            harness_id=services.room_harness_hint(request.workspace.pk, room_id, harness_name))
+    # Admitted already when the route on the event loop (serving.lean_reply) handed the request over.
+    admission = getattr(request, "scope", {}).get(HANDED_OVER_ADMISSION) or reply_admit(
+        key=f"key{request.api_key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
+        harness_id=services.room_harness_hint(request.workspace.pk, room_id, harness_name))
     if not admission.keys_generation or admission.keys_generation != request.key_generation:
         # A key was revoked since this one was remembered (or the cache cannot say): ask the database.
         key, request.key_generation = services.api_key_checked(request.key_token)
@@ -79,14 +82,18 @@ def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
             room_context=payload.room, harness_name=payload.harness, label=payload.label, version=payload.version,
             backend_name=_checked_backend(request, payload.backend),
         )
-    result, selection = outcome.result, outcome.selection
-    body = {"reply": result.reply, "silent": result.silent, "trace_id": result.trace["trace_id"],
-            "harness_version": selection.version.number, "arm": selection.arm, "latency_ms": result.latency_ms,
-            "outcome": result.outcome, "model": result.trace.get("model")}
+    body = reply_out(outcome.result, outcome.selection)
     if not stream:
         return body
-    return StreamingHttpResponse(_sse(result.reply, body), content_type="text/event-stream",
+    return StreamingHttpResponse(_sse(outcome.result.reply, body), content_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def reply_out(result: TurnResult, selection: Selection) -> dict:
+    """The ReplyOut object of an answered reply (this route's and serving.lean_reply's)."""
+    return {"reply": result.reply, "silent": result.silent, "trace_id": result.trace["trace_id"],
+            "harness_version": selection.version.number, "arm": selection.arm, "latency_ms": result.latency_ms,
+            "outcome": result.outcome, "model": result.trace.get("model")}
 
 
 def _sse(reply: str, final: dict):

@@ -42,7 +42,9 @@ def backend_for(name: str | None = None, *, workspace=None) -> ModelBackend:
     if name == "scripted":
         if settings.PRODUCTION:
             raise ImproperlyConfigured("The scripted backend is for tests and is refused in production.")
-        return ScriptedBackend(steps_from_json(list(settings.SCRIPTED_STEPS)), delay_s=settings.SCRIPTED_DELAY_S)
+        # A backend per turn that nobody reads afterwards: it keeps no copies of the prompts it was sent.
+        return ScriptedBackend(steps_from_json(list(settings.SCRIPTED_STEPS)), delay_s=settings.SCRIPTED_DELAY_S,
+                               record=False)
     if name == "openai":
         if not settings.OPENAI_BASE_URL:
             raise ImproperlyConfigured("Set HARNESSOPS_OPENAI_BASE_URL to use the openai backend (e.g. vLLM).")

@@ -45,12 +45,43 @@ def room_route(workspace_id: int, room_id: str) -> RoomRoute | None:
     compiler (a select_related .first()) cost about 20 times the CPU of the query itself."""
     with connection.cursor() as cursor:
         cursor.execute(_room_route_sql(), [workspace_id, room_id])
-        row = cursor.fetchone()
+        return _room_route_from(cursor.fetchone())
+
+
+async def room_route_on_loop(workspace_id: int, room_id: str) -> RoomRoute | None:
+    """`room_route` from the event loop (serving.loop_db; PostgreSQL only)."""
+    from serving.loop_db import loop_connection
+
+    async with loop_connection() as conn:
+        cursor = await conn.execute(_room_route_sql(), [workspace_id, room_id])
+        return _room_route_from(await cursor.fetchone())
+
+
+# A room's context, decoded, by its JSON text: a stored room answers many replies and its context (the demo's is
+# 20 KB) changes rarely, so its decoding is shared. Read-only, as everything downstream treats it (RoomContext
+# keeps it as given; the builtin tools copy what they return).
+_CONTEXTS_MAX = 256
+_contexts: dict[str, dict[str, Any]] = {}
+
+
+def _context(text: str) -> dict[str, Any]:
+    context = _contexts.get(text)
+    if context is None:
+        context = json.loads(text)
+        if len(_contexts) >= _CONTEXTS_MAX:
+            _contexts.clear()
+        _contexts[text] = context
+    return context
+
+
+def _room_route_from(row) -> RoomRoute | None:
     if row is None:
         return None
     context, *harness = row
-    if isinstance(context, str | bytes):  # a raw cursor gives JSON as text on PostgreSQL and SQLite alike
-        context = json.loads(context)
+    if isinstance(context, bytes):
+        context = context.decode()
+    if isinstance(context, str):  # JSON as text: Django's cursors (PostgreSQL, SQLite) and serving.loop_db's
+        context = _context(context)
     return RoomRoute(context=context, harness=None if harness[0] is None else
                      Harness.from_db(connection.alias, list(_ROUTE_HARNESS_FIELDS), harness))
 

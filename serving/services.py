@@ -103,13 +103,17 @@ _key_memo_lock = threading.Lock()
 def api_key_remembered(token: str) -> tuple[ApiKey | None, int]:
     """The key of `token` and the generation it was checked under, from the memo when fresh; the caller must
     compare that generation with the current one before trusting a remembered key (see above)."""
-    digest = _hash_secret(token)
-    hit = _key_memo.get(digest)
-    if hit is not None and time.monotonic() - hit[0] < KEY_MEMO_S:
-        key = copy.copy(hit[2])
-        key.workspace = copy.copy(hit[2].workspace)  # a request may change its own copy, never another's
-        return key, hit[1]
-    return api_key_checked(token)
+    return api_key_from_memory(token) or api_key_checked(token)
+
+
+def api_key_from_memory(token: str) -> tuple[ApiKey, int] | None:
+    """`api_key_remembered` without the database: None when the memo has no fresh entry for `token`."""
+    hit = _key_memo.get(_hash_secret(token))
+    if hit is None or time.monotonic() - hit[0] >= KEY_MEMO_S:
+        return None
+    key = copy.copy(hit[2])
+    key.workspace = copy.copy(hit[2].workspace)  # a request may change its own copy, never another's
+    return key, hit[1]
 
 
 def api_key_checked(token: str) -> tuple[ApiKey | None, int]:
@@ -174,7 +178,8 @@ def tool_registry_for(workspace: Workspace) -> ToolRegistry:
     return ToolRegistry(http_policy=HttpPolicy(allowed_hosts=tuple(workspace.tool_hosts or ())))
 
 
-async def _answer(spec, turn, backend, arm: str, tools: ToolRegistry) -> TurnResult:
+async def answer_turn(spec, turn, backend, arm: str, tools: ToolRegistry) -> TurnResult:
+    """One turn through the agent loop, closing the backend's client after it."""
     try:
         return await run_turn(spec, turn, backend, tools, arm=arm)
     finally:
@@ -241,7 +246,7 @@ def room_reply(
     turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.from_dict({**context, "room_id": room_id}),
                      recent_dialogue=tuple(recent_dialogue or ()))
     arm = selection.arm if selection else "draft"
-    result = async_to_sync(_answer)(spec, turn, backend, arm, tool_registry_for(workspace))
+    result = async_to_sync(answer_turn)(spec, turn, backend, arm, tool_registry_for(workspace))
     # Written before the trace id is returned, in this request's unit of work (see serving/traces.py).
     trace_store(trace_row(workspace_id=workspace.pk, data=result.trace, source=source, harness_id=harness.pk,
                                   version_id=selection.version.pk if selection else None))

@@ -34,9 +34,11 @@ def _clean(value: Any) -> Any:
 
 
 def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | None, version_id: int | None) -> Trace:
-    if "\\u0000" in json.dumps(data, default=str):  # the C encoder finds a NUL (escaped so) faster than a walk
+    text = json.dumps(data, default=str)
+    if "\\u0000" in text:  # the C encoder finds a NUL (escaped so) faster than a walk
         data = _clean(data)
-    return Trace(
+        text = json.dumps(data, default=str)
+    row = Trace(
         workspace_id=workspace_id, trace_id=data["trace_id"], source=source, room_id=data["input"]["room_id"][:100],
         viewer_id=data["input"]["viewer_id"][:128], harness_id=harness_id, harness_version_id=version_id,
         arm=data.get("arm", "")[:100], backend=data.get("backend", "")[:50], outcome=data["outcome"],
@@ -44,6 +46,8 @@ def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | N
         model_calls=data["model_calls"], tokens_in=data["tokens_in"], tokens_out=data["tokens_out"],
         hooks_fired=data["hooks_fired"], data=data, created_at=datetime.fromtimestamp(data["started_at"], UTC),
     )
+    row.data_json = text  # `data` encoded once: the lone insert sends this text (`_insert_values`)
+    return row
 
 
 @cache
@@ -59,7 +63,44 @@ def _insert_one(row: Trace) -> None:
     path); values are prepared by the fields themselves, as the compiler would. The row gets no primary key."""
     sql, fields = _insert_sql()
     with connection.cursor() as cursor:
-        cursor.execute(sql, [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields])
+        cursor.execute(sql, _insert_values(row, fields))
+
+
+async def trace_store_on_loop(row: Trace) -> None:
+    """`trace_store` from the event loop (serving.loop_db): the lone INSERT on a loop connection; if PostgreSQL
+    refuses it (a trace id stored already, a value it cannot hold), the sync path's row-by-row rescue, in a thread."""
+    import psycopg
+    from asgiref.sync import sync_to_async
+
+    from serving.loop_db import loop_connection
+
+    sql, fields = _insert_sql()
+    values = _insert_values(row, fields)
+    try:
+        async with loop_connection() as conn:
+            await conn.execute(sql, values)
+        return
+    except psycopg.Error:
+        log.warning("trace %s: the insert on the event loop failed; storing it row by row", row.trace_id,
+                    exc_info=True)
+    await sync_to_async(_rescued)(row)
+
+
+def _rescued(row: Trace) -> None:
+    try:
+        traces_store([row])
+    finally:
+        connection.close()  # this thread's connection goes back to the pool, as at the end of Django's requests
+
+
+def _insert_values(row: Trace, fields) -> list:
+    values = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    text = getattr(row, "data_json", None)
+    if text is not None and connection.vendor == "postgresql":  # psycopg's Jsonb: send the text encoded already
+        from psycopg.types.json import Jsonb
+
+        values[fields.index(Trace._meta.get_field("data"))] = Jsonb(row.data, dumps=lambda _data: text)
+    return values
 
 
 def trace_store(row: Trace) -> None:

@@ -33,16 +33,17 @@ class ScriptedCall:
 class ScriptedBackend:
     name = "scripted"
 
-    def __init__(self, steps: Sequence[Step], *, delay_s: float = 0.0, cycle: bool = False):
+    def __init__(self, steps: Sequence[Step], *, delay_s: float = 0.0, cycle: bool = False, record: bool = True):
         self.steps = list(steps)
         self.delay_s = delay_s
         self.cycle = cycle  # replay the steps forever, recording nothing (stand-in servers, benchmarks)
+        self.record = record and not cycle  # keep a copy of every call's messages in `calls` (for tests to read)
         self.calls: list[ScriptedCall] = []
         self.served = 0
 
     @property
     def remaining(self) -> int:
-        return len(self.steps) - len(self.calls)
+        return len(self.steps) if self.cycle else len(self.steps) - self.served
 
     async def complete(
         self,
@@ -58,7 +59,7 @@ class ScriptedBackend:
         self.served += 1
         if self.cycle and self.steps:
             index %= len(self.steps)
-        else:
+        elif self.record:
             # The step is consumed when the call starts, even if a deadline cancels the delay below.
             self.calls.append(ScriptedCall(copy.deepcopy(messages), copy.deepcopy(tools), max_tokens,
                                            temperature, tool_choice))

@@ -19,7 +19,7 @@ from console.models import Workspace
 from console.services import archived_set, audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
-from harness.routing import remembered, routing_changed
+from harness.routing import NotRemembered, memory_only, remembered, routing_changed
 from serving.experiments.assignment import assign
 from serving.models import Arm, Event, Experiment, Exposure, Rollup
 from serving.selection import DEFAULT_LABEL, Selection, label_version, register_experiment_selector
@@ -240,6 +240,8 @@ def experiment_selector(harness: Harness, viewer_id: str, room_id: str) -> Selec
     experiment, arms = routing
     if experiment.rooms and room_id not in experiment.rooms:
         return None
+    if memory_only():  # an arm's reply records exposures and publishes: the request cycle's work
+        raise NotRemembered("experiment arm")
     if experiment.control_only:
         return arm_selection(experiment, arms[0], harness)
     arm = assign_viewer(experiment, viewer_id, arms=arms)

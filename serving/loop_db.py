@@ -1,0 +1,70 @@
+"""PostgreSQL from the event loop: a few psycopg async connections per loop, in autocommit.
+
+Django's connections are per thread, and its ORM runs in a worker thread under ASGI; the reply route on the
+event loop (serving.lean_reply) reads its room and writes its trace with these instead, from the same
+settings (DATABASES["default"]), so it never leaves the loop. Only PostgreSQL (`available()`).
+"""
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from django.db import connection
+
+POOL_SIZE = 8  # enough that 32 requests at once seldom wait for a connection
+
+
+def available() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _params() -> dict:
+    """Django's connection parameters without its own cursor class and type adapters (sync, and JSON as text)."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
+
+
+_pools: dict = {}  # event loop → the task that opens its pool (a connection belongs to its loop)
+
+
+async def _configured(conn) -> None:
+    from psycopg.types.string import TextLoader
+
+    # JSON as text, as Django's connections give it: the reader decides how to decode (serving.selectors).
+    conn.adapters.register_loader("jsonb", TextLoader)
+    conn.adapters.register_loader("json", TextLoader)
+
+
+async def _opened_pool():
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(kwargs={**_params(), "autocommit": True}, min_size=1, max_size=POOL_SIZE,
+                               open=False, name="harnessops-loop", configure=_configured)
+    await pool.open()
+    return pool
+
+
+@asynccontextmanager
+async def loop_connection():
+    """A connection of this loop's pool (psycopg_pool's), for one or a few statements in autocommit."""
+    loop = asyncio.get_running_loop()
+    opening = _pools.get(loop)
+    if opening is None:
+        for stale in [other for other in _pools if other.is_closed()]:
+            del _pools[stale]
+        opening = _pools[loop] = loop.create_task(_opened_pool())  # requests meanwhile wait for the same pool
+    try:
+        pool = await opening
+    except Exception:
+        _pools.pop(loop, None)  # PostgreSQL unreachable: the next request tries again
+        raise
+    async with pool.connection() as conn:
+        yield conn
+
+
+async def close_loop_pool() -> None:
+    """Close this loop's connections (a test or benchmark that runs its own loop, before the loop ends)."""
+    opening = _pools.pop(asyncio.get_running_loop(), None)
+    if opening is not None and not opening.cancelled() and opening.done() and opening.exception() is None:
+        await opening.result().close()

@@ -1,0 +1,211 @@
+"""The reply route on the event loop (serving.lean_reply) through console.asgi.application, as a server calls it:
+the everyday request is answered there, as Django's route answers it, without a query on Django's connections;
+everything else reaches Django's route with its body, and a request is admitted (counted) once."""
+
+import asyncio
+import json
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.signals import request_started
+
+from console.access import Actor
+from harness import services as harness_services
+from serving.models import Room, Trace
+from serving.services import api_key_create, room_upsert
+
+pytestmark = [
+    pytest.mark.skipif(not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+                       or not django_settings.REDIS_URL, reason="the route on the loop needs PostgreSQL and Redis"),
+    pytest.mark.django_db(transaction=True),  # its own connections see committed rows only
+]
+
+ROOM = {"room_id": "demo-room", "title": "Demo", "currency": "$", "on_screen": "L001",
+        "products": [{"link_id": "L001", "name": "Merino Crew-Neck Sweater", "price": 89.0, "promo_price": 71.2}],
+        "faq": [], "promotions": [], "orders": []}
+HELLO = {"message": "price of the sweater?", "viewer_id": "v1"}
+STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-qa"}},
+                         {"name": "get_product_info_by_link_id", "arguments": {"link_id": "L001"}}]},
+         "The sweater is $71.2 now, down from $89."]
+
+
+@pytest.fixture
+def platform(workspace, harness, settings, monkeypatch):
+    """A stored room with the demo harness labelled production, and a read key; Django's guard against
+    database calls on the event loop is on, so a query on the loop fails the test."""
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
+    settings.MODEL_BACKEND, settings.SCRIPTED_STEPS = "scripted", STEPS
+    settings.REPLY_RATE_PER_MINUTE = 1000
+    from django.core.cache import cache
+
+    cache.clear()
+    system = Actor.system("t")
+    harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=workspace, context=ROOM, harness=harness)
+    return api_key_create(actor=system, workspace=workspace, name="platform", scopes=["read"])[1]
+
+
+def asgi(requests: list[tuple]) -> list[dict]:
+    """Send (path, body, headers[, query]) requests one after another through the ASGI application on one event
+    loop; each answer: status, headers, parsed JSON and whether Django's request cycle ran for it."""
+    from console.asgi import application
+    from serving.loop_db import close_loop_pool
+
+    async def call(path, body, headers, query=b""):
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
+                 "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                             (b"content-length", str(len(raw)).encode()), *headers],
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+        inbox, done, sent, django = [{"type": "http.request", "body": raw}], asyncio.Event(), [], []
+
+        async def receive():
+            if inbox:
+                return inbox.pop()
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                done.set()
+
+        def seen(**_kwargs):
+            django.append(True)
+
+        request_started.connect(seen)
+        try:
+            await application(scope, receive, send)
+        finally:
+            request_started.disconnect(seen)
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        return {"status": sent[0]["status"], "headers": {k.decode().lower(): v.decode() for k, v in sent[0]["headers"]},
+                "raw": body, "json": json.loads(body) if body[:1] in (b"{", b"[") else None, "django": bool(django)}
+
+    async def run():
+        try:
+            return [await call(*request) for request in requests]
+        finally:
+            await close_loop_pool()
+
+    return asyncio.run(run())
+
+
+def bearer(token: str) -> list:
+    return [(b"authorization", f"Bearer {token}".encode())]
+
+
+REPLY = "/api/v1/rooms/demo-room/reply"
+
+
+def test_the_everyday_reply_is_answered_on_the_loop_as_django_answers_it(platform, harness):
+    first, second = asgi([(REPLY, HELLO, bearer(platform)), (REPLY, {**HELLO, "viewer_id": "v2"}, bearer(platform))])
+    assert first["django"] and not second["django"]  # the label is read by Django's route, then remembered
+    assert first["status"] == second["status"] == 200
+    ignored = {"trace_id", "latency_ms"}
+    assert {k: v for k, v in first["json"].items() if k not in ignored} == \
+        {k: v for k, v in second["json"].items() if k not in ignored}
+    assert second["json"]["outcome"] == "replied" and second["json"]["arm"] == "label:production"
+    assert {k: v for k, v in first["headers"].items() if k != "content-length"} == \
+        {k: v for k, v in second["headers"].items() if k != "content-length"}
+    assert int(second["headers"]["content-length"]) == len(second["raw"])
+    stored = {t.trace_id: t for t in Trace.objects.all()}
+    one, two = stored[first["json"]["trace_id"]], stored[second["json"]["trace_id"]]
+    columns = ("workspace_id", "source", "room_id", "harness_id", "harness_version_id", "arm", "backend",
+               "outcome", "silent", "message", "reply", "model_calls", "hooks_fired")
+    assert [getattr(one, c) for c in columns] == [getattr(two, c) for c in columns]
+    assert two.viewer_id == "v2" and two.data["input"]["viewer_id"] == "v2"
+    assert two.harness_version_id == harness.head_id
+
+
+def test_every_other_request_reaches_django_with_its_body(platform, client, settings, workspace, demo_files):
+    """Each is answered exactly as Django's route answers it through the test client."""
+    Room.objects.create(workspace=workspace, room_id="bare", title="Bare", context=ROOM)  # no harness assigned
+    harness_services.harness_create(actor=Actor.system("t"), workspace=workspace, name="second",
+                                    files=demo_files, message="2")
+    cases = [
+        ("/api/v1/rooms/nowhere/reply", HELLO, b""),                     # unknown room: 404
+        ("/api/v1/rooms/bare/reply", HELLO, b""),                        # no harness assigned, two in the workspace
+        (REPLY, {**HELLO, "harness": "avatar"}, b""),                    # a harness named
+        (REPLY, {**HELLO, "version": 1}, b""),                           # a version pinned
+        (REPLY, {**HELLO, "backend": "nonesuch"}, b""),                  # a backend named: 422
+        (REPLY, {**HELLO, "label": "nonesuch"}, b""),                    # an unknown label: 404
+        (REPLY, {"message": "", "viewer_id": "v"}, b""),                 # a schema error: 422
+        (REPLY, b"{not json", b""),                                      # malformed: 400
+        (REPLY, {**HELLO, "message": "nul \x00"}, b""),                   # a NUL, replaced by Django's parser
+        (REPLY, HELLO, b"stream=1"),                                     # server-sent events
+        (REPLY, HELLO, b"surprise=1"),                                   # an unknown query parameter: 422
+    ]
+    answers = asgi([(REPLY, HELLO, bearer(platform))] + [(p, b, bearer(platform), q) for p, b, q in cases])
+    for (path, body, query), answer in zip(cases, answers[1:], strict=True):
+        raw = body if isinstance(body, bytes) else json.dumps(body)
+        expected = client.post(f"{path}?{query.decode()}" if query else path, raw, content_type="application/json",
+                               HTTP_AUTHORIZATION=f"Bearer {platform}")
+        assert answer["django"], (path, body, query)
+        assert answer["status"] == expected.status_code, (path, body, query, answer["raw"])
+        if expected["Content-Type"].startswith("application/json"):
+            ignored = {"trace_id", "latency_ms"}
+            assert {k: v for k, v in answer["json"].items() if k not in ignored} == \
+                {k: v for k, v in expected.json().items() if k not in ignored}, (path, body, query)
+    unknown_key, foreign_host = asgi([(REPLY, HELLO, bearer(platform + "x")), (REPLY, HELLO, [
+        (b"host", b"shop.invalid"), *bearer(platform)])])  # (a later host header replaces the first)
+    assert unknown_key["status"] == 401 and unknown_key["django"]
+    expected = client.post(REPLY, json.dumps(HELLO), content_type="application/json", HTTP_HOST="shop.invalid",
+                           HTTP_AUTHORIZATION=f"Bearer {platform}")
+    assert foreign_host["status"] == expected.status_code == 400 and foreign_host["django"]
+
+
+def test_a_request_is_counted_once_when_django_answers_it_after_the_loop_admitted_it(platform, settings):
+    settings.REPLY_RATE_PER_MINUTE = 3
+    answers = asgi([(REPLY, HELLO, bearer(platform))] * 5)
+    assert [a["status"] for a in answers] == [200, 200, 200, 429, 429]
+    assert [a["django"] for a in answers] == [True, False, False, True, True]  # Django renders the 429
+    assert answers[3]["json"]["detail"].startswith("Rate limit of 3 replies per minute")
+
+
+def test_a_key_revoked_elsewhere_is_refused_at_the_next_reply(platform, workspace):
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from console.access import API_ACCESS_GENERATION
+    from serving.models import ApiKey
+
+    assert [a["status"] for a in asgi([(REPLY, HELLO, bearer(platform))] * 2)] == [200, 200]
+    ApiKey.objects.filter(workspace=workspace, name="platform").update(revoked_at=timezone.now())
+    cache.set(API_ACCESS_GENERATION, 12345, timeout=None)  # as another process's api_key_revoke does
+    refused = asgi([(REPLY, HELLO, bearer(platform))])[0]
+    assert refused["status"] == 401 and refused["django"]
+
+
+def test_a_moved_label_is_seen_by_the_next_reply(platform, harness, demo_files):
+    system = Actor.system("t")
+    assert [a["json"]["harness_version"] for a in asgi([(REPLY, HELLO, bearer(platform))] * 2)] == [1, 1]
+    changed = {**demo_files, "prompt/00-persona.md": demo_files["prompt/00-persona.md"] + "\nBe brief.\n"}
+    v2 = harness_services.version_commit(actor=system, harness=harness, files=changed, base_version=harness.head,
+                                         message="brief").version
+    harness_services.label_move(actor=system, harness=harness, name="production", version=v2, reason="go",
+                                override=True)
+    answers = asgi([(REPLY, HELLO, bearer(platform))] * 3)
+    assert [a["json"]["harness_version"] for a in answers] == [2, 2, 2]
+    assert [a["django"] for a in answers] == [True, False, False]  # the label is read again once, then remembered
+
+
+def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, harness, workspace):
+    """A trace id stored already: the lone insert on the loop fails and the row-by-row path keeps one row."""
+    from serving.loop_db import close_loop_pool
+    from serving.traces import trace_row, trace_store_on_loop
+
+    answer = asgi([(REPLY, HELLO, bearer(platform))] * 2)[1]
+    stored = Trace.objects.get(trace_id=answer["json"]["trace_id"])
+    row = trace_row(workspace_id=workspace.pk, data=stored.data, source=Trace.Source.API, harness_id=harness.pk,
+                    version_id=stored.harness_version_id)
+
+    async def again():
+        try:
+            await trace_store_on_loop(row)
+        finally:
+            await close_loop_pool()
+
+    asyncio.run(again())
+    assert Trace.objects.filter(trace_id=stored.trace_id).count() == 1
