@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
@@ -83,7 +83,7 @@ def _room_route_from(row) -> RoomRoute | None:
     if isinstance(context, str):  # JSON as text: Django's cursors (PostgreSQL, SQLite) and serving.loop_db's
         context = _context(context)
     return RoomRoute(context=context, harness=None if harness[0] is None else
-                     Harness.from_db(connection.alias, list(_ROUTE_HARNESS_FIELDS), harness))
+                     Harness.from_db(DEFAULT_DB_ALIAS, list(_ROUTE_HARNESS_FIELDS), harness))
 
 
 class TraceFilterError(ValueError):

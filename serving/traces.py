@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, transaction
 
 from serving.models import Trace
 
@@ -94,9 +94,10 @@ def _rescued(row: Trace) -> None:
 
 
 def _insert_values(row: Trace, fields) -> list:
-    values = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    db = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy is a per-context lookup
+    values = [field.get_db_prep_save(field.pre_save(row, True), db) for field in fields]
     text = getattr(row, "data_json", None)
-    if text is not None and connection.vendor == "postgresql":  # psycopg's Jsonb: send the text encoded already
+    if text is not None and db.vendor == "postgresql":  # psycopg's Jsonb: send the text encoded already
         from psycopg.types.json import Jsonb
 
         values[fields.index(Trace._meta.get_field("data"))] = Jsonb(row.data, dumps=lambda _data: text)

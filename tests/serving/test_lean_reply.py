@@ -209,3 +209,28 @@ def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, h
 
     asyncio.run(again())
     assert Trace.objects.filter(trace_id=stored.trace_id).count() == 1
+
+
+def test_a_new_key_is_checked_on_the_loop_and_an_unknown_one_refused_by_django(platform, workspace):
+    other = api_key_create(actor=Actor.system("t"), workspace=workspace, name="second", scopes=["read"])[1]
+    first, second, unknown = asgi([(REPLY, HELLO, bearer(platform)), (REPLY, HELLO, bearer(other)),
+                                   (REPLY, HELLO, bearer(other[:-4] + "abcd"))])
+    assert first["django"] and not second["django"] and second["status"] == 200  # checked in a thread, not Django
+    assert unknown["django"] and unknown["status"] == 401
+
+
+def test_a_harness_under_an_experiment_is_answered_by_django(platform, harness, workspace):
+    """An arm's reply records the viewer's exposure and publishes the dashboard: the request cycle's work."""
+    from serving.experiments.services import experiment_create, experiment_start
+    from serving.models import Exposure
+
+    system = Actor.system("t")
+    asgi([(REPLY, HELLO, bearer(platform))])
+    experiment = experiment_create(actor=system, workspace=workspace, key="lean", harness=harness, arms=[
+        {"name": "control", "weight": 1, "kind": "react"},
+        {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
+    experiment_start(actor=system, experiment=experiment)
+    answers = asgi([(REPLY, {**HELLO, "viewer_id": f"x{i}"}, bearer(platform)) for i in range(4)])
+    assert all(a["django"] and a["status"] == 200 for a in answers)
+    assert {a["json"]["arm"].rsplit(":", 1)[-1] for a in answers} <= {"control", "harness"}
+    assert Exposure.objects.filter(experiment=experiment).count() == 4
