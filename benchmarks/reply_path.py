@@ -8,9 +8,9 @@ limit, routing, the turn with an instant scripted model, the trace write) and pr
 and Redis commands of one reply, then wall and CPU p50/p95 per request at growing request counts (the cost per
 request should not grow with the count). To compare checkouts in one sitting, run this script twice, the
 second time with `--root <other checkout>` (its code, this script). `--asgi` also calls the ASGI application
-(console.asgi) in process, as a server would, on one event loop: the test client runs the chain synchronously,
-so the difference is what Django's ASGI handler (middleware on the loop, the sync view in a thread, the turn
-back on the loop) adds before any server's HTTP parsing.
+(console.asgi) in process, as a server would, on one event loop, before any server's HTTP parsing: there the
+everyday reply takes the route on the event loop (serving.lean_reply) where the test client takes Django's
+route (middleware, ninja, the sync view in a thread and the turn back on a loop).
 """
 
 import argparse
@@ -102,7 +102,9 @@ def main() -> None:
                   f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
 
     if args.profile:
-        profile_replies(reply, args.profile)
+        profile_replies(reply, args.profile, "through the test client")
+        if args.asgi:
+            profile_replies(asgi_reply or warmed(asgi_client(token)), args.profile, "through the ASGI app")
 
 
 def warmed(reply):
@@ -161,7 +163,7 @@ def asgi_client(token: str):
     return lambda i: loop.run_until_complete(call(i))
 
 
-def profile_replies(reply, count: int) -> None:
+def profile_replies(reply, count: int, how: str) -> None:
     """Where a reply's CPU time goes: cProfile with process_time, self time grouped by package."""
     import cProfile
     import pstats
@@ -171,8 +173,8 @@ def profile_replies(reply, count: int) -> None:
     for i in range(count):
         reply(10_000 + i)
     profiler.disable()
-    # The turn runs on async_to_sync's event-loop thread, which cProfile does not follow: the process's CPU
-    # time it takes lands on the lock the request thread waits on.
+    # Through the test client the turn runs on async_to_sync's event-loop thread, which cProfile does not follow:
+    # the process's CPU time it takes lands on the lock the request thread waits on.
     groups = {"the turn (async_to_sync's thread; lock wait)": "'acquire' of '_thread.lock",
               "agent loop (harness/)": "/harness/", "serving/": "/serving/", "console/": "/console/",
               "django (ORM, request, middleware)": "/django/", "ninja, pydantic": ("/ninja/", "/pydantic"),
@@ -187,7 +189,7 @@ def profile_replies(reply, count: int) -> None:
                       if any(n in where for n in ((needles,) if isinstance(needles, str) else needles))), "other")
         shares[label] += tottime
     total = sum(shares.values())
-    print(f"where a reply's CPU time goes (cProfile self time, {count} replies, "
+    print(f"where a reply's CPU time goes {how} (cProfile self time, {count} replies, "
           f"{sum(v[1] for v in stats.values()) / count:.0f} Python calls a reply):")
     for label, spent in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"  {label:<46} {100 * spent / total:5.1f}%")

@@ -13,7 +13,9 @@
 2. The API's added latency over the model call: a real ASGI server (Daphne, and uvicorn with uvloop and
    httptools when installed) on an embedded workspace (SQLite in a temp dir) with the scripted model,
    at concurrency 1 and 32 and two request counts: requests/s and p50/p99 of the HTTP latency (the
-   scripted model answers at once, so all of it is added by the stack).
+   scripted model answers at once, so all of it is added by the stack), and the CPU a request of the server's
+   processes and of the load generator (benchmarks/http_load.py: keep-alive HTTP/1.1 on asyncio streams),
+   which share the machine's cores with PostgreSQL and Redis. `--deployed`: PostgreSQL and Redis.
 3. The offline model (local backend): load time and decode tokens/s.
 """
 
@@ -181,7 +183,6 @@ def free_port() -> int:
 
 
 def bench_api(requests: int, servers: list[str], workers: list[int], deployed: bool) -> None:
-    import httpx
     import servers as asgi
     from embedded import embedded_workspace, last_line
 
@@ -205,38 +206,30 @@ def bench_api(requests: int, servers: list[str], workers: list[int], deployed: b
             continue
         port = free_port()
         server = asgi.start(server_name, port, workers=processes, env=env, cwd=ROOT)
-        url = f"http://127.0.0.1:{port}/api/v1/rooms/demo-room/reply"
         try:
-            async def run(concurrency: int, count: int, url: str = url):
-                async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60,
-                                             limits=httpx.Limits(max_connections=concurrency)) as client:
-                    added, queue = [], list(range(count))
-
-                    async def worker():
-                        while queue:
-                            i = queue.pop()
-                            started = time.perf_counter()
-                            response = await client.post(url, json={"message": "How much is L001 now?",
-                                                                    "viewer_id": f"v{i}"})
-                            elapsed_ms = (time.perf_counter() - started) * 1000
-                            body = response.json()
-                            assert response.status_code == 200 and body["outcome"] == "replied", body
-                            added.append(elapsed_ms)  # the scripted model takes ~0 ms: all of it is added
-
-                    started = time.perf_counter()
-                    await asyncio.gather(*(worker() for _ in range(concurrency)))
-                    return added, time.perf_counter() - started
-
-            asyncio.run(run(1, 50))  # warm-up
+            _replies(port, token, server.pid, 1, 50)  # warm-up
             for concurrency in (1, 32):
                 for count in (requests // 4, requests):  # the cost per request should not grow with the count
-                    added, wall = asyncio.run(run(concurrency, count))
+                    run = _replies(port, token, server.pid, concurrency, count)
+                    server_cpu = "?" if run.server_cpu_ms is None else f"{run.server_cpu_ms:.2f}"
                     print(f"API added latency, {asgi.label(server_name, processes)}, concurrency {concurrency:>2}, "
-                          f"{count:>4} requests (scripted model, {where}): {count / wall:.0f} req/s, "
-                          f"p50 {pct(added, 50):.1f} ms, "
-                          f"p99 {pct(added, 99):.1f} ms", flush=True)
+                          f"{count:>4} requests (scripted model, {where}): {run.rate():.0f} req/s, "
+                          f"p50 {run.pct(50):.1f} ms, p99 {run.pct(99):.1f} ms; CPU a request: server "
+                          f"{server_cpu} ms, load generator {run.client_cpu_ms:.2f} ms", flush=True)
         finally:
             asgi.stop(server)
+
+
+def _replies(port: int, token: str, server_pid: int, concurrency: int, count: int):
+    from http_load import post_load
+
+    def replied(status: int, answer: bytes) -> None:
+        body = json.loads(answer)
+        assert status == 200 and body["outcome"] == "replied", body
+
+    bodies = [{"message": "How much is L001 now?", "viewer_id": f"v{i}"} for i in range(count)]
+    return post_load(port, "/api/v1/rooms/demo-room/reply", {"Authorization": f"Bearer {token}"}, bodies,
+                     concurrency, server_pid=server_pid, check=replied)
 
 
 def bench_model() -> None:

@@ -13,20 +13,31 @@ therefore has one implementation, Django's route; this one only takes the path w
 It is on where the deployment has PostgreSQL and Redis (`enabled`); embedded mode is Django's route alone.
 """
 
+import asyncio
 import json
 import re
 from functools import cache
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.http.request import split_domain_port, validate_host
 
 from console.access import READ, Actor, capabilities
 from harness import selectors as harness_selectors
 from harness.routing import NotRemembered, from_memory, tokens_read
 from harness.runtime import RoomContext, TurnInput, react_baseline_spec
+from serving import loop_db
 from serving.admission import HANDED_OVER_ADMISSION, Admission, reply_admit_async
+from serving.api import reply_out
+from serving.backends import backend_family
+from serving.model_config import backend_for
+from serving.models import Trace
 from serving.schemas import ReplyIn, ReplyOut
 from serving.selection import select_version
+from serving.selectors import room_route_on_loop
+from serving.services import KEY_PREFIX, answer_turn, api_key_checked, api_key_from_memory, tool_registry_for
+from serving.traces import trace_row, trace_store_on_loop
 
 
 class _HandOver(Exception):  # noqa: N818 (not an error: Django's route answers this request)
@@ -35,9 +46,6 @@ class _HandOver(Exception):  # noqa: N818 (not an error: Django's route answers 
 
 
 def enabled() -> bool:
-    from serving import loop_db
-    from serving.backends import backend_family
-
     # A checkpoint as the deployment's model is checked against the database per request: Django's route.
     return bool(settings.REDIS_URL) and loop_db.available() and backend_family(settings.MODEL_BACKEND) != "checkpoint"
 
@@ -58,15 +66,18 @@ def lean_reply(django_app):
                  and not scope.get("root_path") and enabled() and _reply_path().fullmatch(scope["path"]))
         if not match:
             return await django_app(scope, receive, send)
-        body = await _body(receive)
-        if body is None:  # the client went away
+        received = await _body(receive, settings.REPLY_MAX_BODY_BYTES)
+        if received is None:  # the client went away
             return None
+        body, more = received
         try:
+            if more:
+                raise _HandOver()  # larger than a reply may be: Django's 413 (its body spooled, not held here)
             status, answer, headers = await _answer(scope, match[1], body)
         except _HandOver as handover:
             if handover.admission is not None:
                 scope = {**scope, HANDED_OVER_ADMISSION: handover.admission}
-            return await django_app(scope, _replayed(body, receive), send)
+            return await django_app(scope, _replayed(body, more, receive), send)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
         return None
@@ -74,33 +85,35 @@ def lean_reply(django_app):
     return app
 
 
-async def _body(receive) -> bytes | None:
-    chunks = []
+async def _body(receive, limit: int) -> tuple[bytes, bool] | None:
+    """The request body, or its first part once past `limit` bytes (then True: more is still to come)."""
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
         chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
+        size += len(chunks[-1])
+        more = bool(message.get("more_body"))
+        if not more or size > limit:
+            return b"".join(chunks), more
 
 
-def _replayed(body: bytes, receive):
+def _replayed(body: bytes, more: bool, receive):
+    """`receive` for Django: the part of the body read here, then whatever the client still sends."""
     sent = False
 
     async def replay():
         nonlocal sent
         if not sent:
             sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": more}
         return await receive()
 
     return replay
 
 
 async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
-    from serving.services import answer_turn, api_key_from_memory, tool_registry_for
-
     headers: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:  # a repeated header is joined, as Django's ASGIRequest joins it
         headers[name] = headers[name] + b"," + value if name in headers else value
@@ -122,8 +135,6 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
     if payload.harness or payload.backend or payload.version is not None or READ not in capabilities(actor,
                                                                                                      workspace):
         raise _HandOver()  # a harness, backend or version named is looked up in the database; 403
-    from serving.selectors import room_route_on_loop
-
     room = await room_route_on_loop(workspace.pk, room_id)
     if room is None or room.harness is None:
         raise _HandOver()  # Django's 404, or the harness chosen from the workspace's
@@ -141,8 +152,6 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
     if selection.baseline:
         spec = react_baseline_spec(spec)
     try:
-        from serving.model_config import backend_for
-
         backend = backend_for(None, workspace=workspace)
         context = payload.room if payload.room is not None else room.context
         turn = TurnInput(message=payload.message, viewer_id=payload.viewer_id,
@@ -152,8 +161,6 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
         raise _HandOver(admission) from None
     result = await answer_turn(spec, turn, backend, selection.arm, tool_registry_for(workspace))
     await _trace_stored(workspace.pk, result.trace, room.harness.pk, selection.version.pk)
-    from serving.api import reply_out
-
     answer = json.dumps(ReplyOut.model_validate(reply_out(result, selection)).model_dump()).encode()
     return 200, answer, _json_headers(len(answer), secure)
 
@@ -164,12 +171,6 @@ _checking: dict = {}  # (event loop, token) → the check of that key under way
 async def _key_checked(token: str):
     """The key of `token` from the database, in a thread, when the memo has none (a new key, or its entry
     expired): one check a key at a time, which the requests that arrive meanwhile share."""
-    import asyncio
-
-    from asgiref.sync import sync_to_async
-
-    from serving.services import KEY_PREFIX
-
     if not token.startswith(f"{KEY_PREFIX}_"):
         return None
     loop = asyncio.get_running_loop()
@@ -182,10 +183,6 @@ async def _key_checked(token: str):
 
 
 def _key_row(token: str):
-    from django.db import connection
-
-    from serving.services import api_key_checked
-
     try:
         return api_key_checked(token)
     finally:
@@ -193,9 +190,6 @@ def _key_row(token: str):
 
 
 async def _trace_stored(workspace_id: int, trace: dict, harness_id: int, version_id: int) -> None:
-    from serving.models import Trace
-    from serving.traces import trace_row, trace_store_on_loop
-
     await trace_store_on_loop(trace_row(workspace_id=workspace_id, data=trace, source=Trace.Source.API,
                                         harness_id=harness_id, version_id=version_id))
 

@@ -16,7 +16,9 @@ POOL_SIZE = 8  # enough that 32 requests at once seldom wait for a connection
 
 def available() -> bool:
     # From the settings, not `connection.vendor`: the connection proxy's per-context lookup is slow on the loop.
-    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    # (A role Django assumes per connection, OPTIONS["assume_role"], is not set up here: Django's route then.)
+    database = settings.DATABASES["default"]
+    return database["ENGINE"].endswith("postgresql") and "assume_role" not in database.get("OPTIONS", {})
 
 
 def _params() -> dict:

@@ -52,17 +52,20 @@ def asgi(requests: list[tuple]) -> list[dict]:
     from serving.loop_db import close_loop_pool
 
     async def call(path, body, headers, query=b""):
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        chunks = body if isinstance(body, list) else [body if isinstance(body, bytes) else json.dumps(body).encode()]
+        raw = b"".join(chunks)
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
                  "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
                              (b"content-length", str(len(raw)).encode()), *headers],
                  "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
-        inbox, done, sent, django = [{"type": "http.request", "body": raw}], asyncio.Event(), [], []
+        inbox = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+                 for i, chunk in enumerate(chunks)]
+        done, sent, django = asyncio.Event(), [], []
 
         async def receive():
             if inbox:
-                return inbox.pop()
+                return inbox.pop(0)
             await done.wait()
             return {"type": "http.disconnect"}
 
@@ -154,6 +157,13 @@ def test_every_other_request_reaches_django_with_its_body(platform, client, sett
     expected = client.post(REPLY, json.dumps(HELLO), content_type="application/json", HTTP_HOST="shop.invalid",
                            HTTP_AUTHORIZATION=f"Bearer {platform}")
     assert foreign_host["status"] == expected.status_code == 400 and foreign_host["django"]
+
+
+def test_a_body_too_large_is_not_held_but_handed_to_django_as_it_streams_in(platform, settings):
+    settings.REPLY_MAX_BODY_BYTES = 1024
+    body = json.dumps({**HELLO, "room": {"pad": "x" * 3000}}).encode()
+    answer = asgi([(REPLY, [body[:600], body[600:1200], body[1200:]], bearer(platform))])[0]
+    assert answer["status"] == 413 and answer["django"]
 
 
 def test_a_request_is_counted_once_when_django_answers_it_after_the_loop_admitted_it(platform, settings):
