@@ -6,12 +6,13 @@ Without Redis (embedded mode: one process, Django's local-memory cache) the same
 cache one by one.
 """
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 
 from console.access import API_ACCESS_GENERATION
 from harness import routing
@@ -69,15 +70,21 @@ def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> A
 
 async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int) -> Admission:
     """`reply_admit` on the event loop (serving.lean_reply), with Redis's asyncio client; needs REDIS_URL."""
-    keys = _admit_keys(key, harness_id)
+    keys = _admit_keys(key, harness_id, _process_cache().make_key)
     return _admission(await _async_script()(keys=keys, args=[WINDOW_TIMEOUT_S]), limit_per_minute, harness_id)
 
 
-def _admit_keys(key: str, harness_id: int | None) -> list[str]:
+def _admit_keys(key: str, harness_id: int | None, make_key=cache.make_key) -> list[str]:
     names = [f"ratelimit:{key}:{int(time.time() // 60)}", API_ACCESS_GENERATION]
     if harness_id is not None:
         names.append(routing.token_key(harness_id))
-    return [cache.make_key(name) for name in names]
+    return [make_key(name) for name in names]
+
+
+@functools.cache
+def _process_cache():
+    """The default cache's backend for making keys on the loop (where `cache` would build one for every task)."""
+    return caches.create_connection(DEFAULT_CACHE_ALIAS)
 
 
 def _admission(replies: list, limit_per_minute: int, harness_id: int | None) -> Admission:

@@ -123,7 +123,7 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
     if len(body) > settings.REPLY_MAX_BODY_BYTES or "\x00" in room_id or b"\\u0000" in body or b"\x00" in body:
         raise _HandOver()  # Django's 413, or its NUL replacement
     token = _bearer(headers.get(b"authorization", b""))
-    remembered = api_key_from_memory(token) or await _key_checked(token)
+    remembered = api_key_from_memory(token, shared=True) or await _key_checked(token)  # read here, never changed
     if remembered is None:
         raise _HandOver()  # no such key: Django's route answers 401
     key, generation = remembered

@@ -7,9 +7,10 @@ settings (DATABASES["default"]), so it never leaves the loop. Only PostgreSQL (`
 
 import asyncio
 from contextlib import asynccontextmanager
+from functools import cache
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 POOL_SIZE = 8  # enough that 32 requests at once seldom wait for a connection
 
@@ -19,6 +20,13 @@ def available() -> bool:
     # (A role Django assumes per connection, OPTIONS["assume_role"], is not set up here: Django's route then.)
     database = settings.DATABASES["default"]
     return database["ENGINE"].endswith("postgresql") and "assume_role" not in database.get("OPTIONS", {})
+
+
+@cache
+def preparing_connection():
+    """A Django connection object for preparing values (`field.get_db_prep_save`) on the loop; it never connects.
+    (`connections[alias]` on the loop would build a new one for every task: their storage is per context.)"""
+    return connections.create_connection(DEFAULT_DB_ALIAS)
 
 
 def _params() -> dict:

@@ -106,11 +106,14 @@ def api_key_remembered(token: str) -> tuple[ApiKey | None, int]:
     return api_key_from_memory(token) or api_key_checked(token)
 
 
-def api_key_from_memory(token: str) -> tuple[ApiKey, int] | None:
-    """`api_key_remembered` without the database: None when the memo has no fresh entry for `token`."""
+def api_key_from_memory(token: str, *, shared: bool = False) -> tuple[ApiKey, int] | None:
+    """`api_key_remembered` without the database: None when the memo has no fresh entry for `token`.
+    `shared`: the remembered objects themselves, for a caller that changes neither the key nor its workspace."""
     hit = _key_memo.get(_hash_secret(token))
     if hit is None or time.monotonic() - hit[0] >= KEY_MEMO_S:
         return None
+    if shared:
+        return hit[2], hit[1]
     key = copy.copy(hit[2])
     key.workspace = copy.copy(hit[2].workspace)  # a request may change its own copy, never another's
     return key, hit[1]

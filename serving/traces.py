@@ -63,7 +63,7 @@ def _insert_one(row: Trace) -> None:
     path); values are prepared by the fields themselves, as the compiler would. The row gets no primary key."""
     sql, fields = _insert_sql()
     with connection.cursor() as cursor:
-        cursor.execute(sql, _insert_values(row, fields))
+        cursor.execute(sql, _insert_values(row, fields, connections[DEFAULT_DB_ALIAS]))
 
 
 async def trace_store_on_loop(row: Trace) -> None:
@@ -72,10 +72,10 @@ async def trace_store_on_loop(row: Trace) -> None:
     import psycopg
     from asgiref.sync import sync_to_async
 
-    from serving.loop_db import loop_connection
+    from serving.loop_db import loop_connection, preparing_connection
 
     sql, fields = _insert_sql()
-    values = _insert_values(row, fields)
+    values = _insert_values(row, fields, preparing_connection())
     try:
         async with loop_connection() as conn:
             await conn.execute(sql, values)
@@ -93,8 +93,7 @@ def _rescued(row: Trace) -> None:
         connection.close()  # this thread's connection goes back to the pool, as at the end of Django's requests
 
 
-def _insert_values(row: Trace, fields) -> list:
-    db = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy is a per-context lookup
+def _insert_values(row: Trace, fields, db) -> list:
     values = [field.get_db_prep_save(field.pre_save(row, True), db) for field in fields]
     text = getattr(row, "data_json", None)
     if text is not None and db.vendor == "postgresql":  # psycopg's Jsonb: send the text encoded already
