@@ -228,7 +228,11 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
 
 
 async def _post(port, token, bodies, concurrency) -> float:
+    import logging
+
     import httpx
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's logging config would print every request
 
     queue = list(bodies)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300,

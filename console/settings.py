@@ -247,4 +247,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env("HARNESSOPS_LOG_LEVEL", "INFO")},
+    # httpx logs every request at INFO: a line per model call, tool call and judge call would drown ours.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }

@@ -84,7 +84,7 @@ class CompletionServer(ThreadingHTTPServer):
 
 class CompletionHandler(BaseHTTPRequestHandler):
     server: CompletionServer
-    protocol_version = "HTTP/1.1"  # keep-alive for JSON answers; streams close their connection
+    protocol_version = "HTTP/1.1"  # keep-alive, streams included (chunked, as vLLM's server answers)
     disable_nagle_algorithm = True  # headers and body are separate writes: don't wait for delayed ACKs
 
     def do_GET(self) -> None:
@@ -131,17 +131,19 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        self.send_header("Transfer-Encoding", "chunked")  # the connection stays open for the next request
         self.end_headers()
-        self.close_connection = True
         try:
             for chunk in completion_chunks(response, self.server.model_name, completion_id, include_usage):
-                self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
-                self.wfile.flush()
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+                self._send_chunk(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
+            self._send_chunk(b"data: [DONE]\n\n")
+            self._send_chunk(b"")  # the last chunk: the stream ends here
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client went away (its deadline, say)
+            self.close_connection = True  # the client went away (its deadline, say)
+
+    def _send_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
     def _send_json(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
         body = json.dumps(payload, ensure_ascii=False).encode()

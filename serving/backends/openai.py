@@ -189,12 +189,14 @@ class OpenAIBackend:
             async with self._http().stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
                 if response.status_code != 200:
                     raise await self._post_error(response)
+                done = False
                 async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
+                    if done or not line.startswith("data:"):
                         continue  # blank separators, `event:` and `:` keep-alive comments
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        break
+                        done = True  # still read to the end: only a stream read to its end keeps its connection
+                        continue
                     try:
                         chunk = json.loads(data)
                     except ValueError as error:
