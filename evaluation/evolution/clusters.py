@@ -22,9 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import HDBSCAN, KMeans
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.metrics import silhouette_score
 
 from evaluation.evolution.judging import judge_contradictions
 from evaluation.evolution.signatures import (
@@ -145,6 +142,8 @@ def cluster_failures(records: Sequence[CaseRecord], spec: HarnessSpec, *, config
             members += [([ids[j] for j in part], "split") for part in parts]
     noise: list[str] = []
     if len(leftovers) >= max(3, config.min_cluster_size):
+        from sklearn.cluster import HDBSCAN  # scikit-learn loads here (1.5 s): not in every process's start
+
         labels = HDBSCAN(min_cluster_size=max(2, config.min_cluster_size), min_samples=1,
                          copy=True).fit_predict(vectors[[row[i] for i in leftovers]])
         found: dict[int, list[str]] = defaultdict(list)
@@ -170,6 +169,8 @@ def cluster_failures(records: Sequence[CaseRecord], spec: HarnessSpec, *, config
 
 
 def _tfidf(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     vectorizer = TfidfVectorizer(token_pattern=r"[A-Za-z_][\w]+", sublinear_tf=True, min_df=1)
     matrix = vectorizer.fit_transform(texts)
     return matrix.toarray(), vectorizer.get_feature_names_out()  # rows are L2-normalised
@@ -188,6 +189,9 @@ def _split(vectors: np.ndarray, config: ClusterConfig) -> list[list[int]] | None
     distinct = len({tuple(np.round(v, 6)) for v in vectors})
     if n < 2 * config.min_cluster_size or distinct < 2:
         return None
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
     best: tuple[float, np.ndarray] | None = None
     for k in range(2, min(config.max_split_k, n // config.min_cluster_size, distinct) + 1):
         labels = KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(vectors)
