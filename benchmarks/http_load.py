@@ -20,6 +20,7 @@ class Load:
     wall_s: float
     client_cpu_ms: float  # this process's CPU a request, load generation and answer checks included
     server_cpu_ms: float | None  # the server's CPU a request (all its processes), None where /proc cannot say
+    services_cpu_ms: dict[str, float]  # PostgreSQL's and Redis's CPU a request, where they run on this host
 
     def rate(self) -> float:
         return len(self.latencies_ms) / self.wall_s
@@ -57,12 +58,14 @@ def post_load(port: int, path: str, headers: dict[str, str], bodies: list[dict],
         await asyncio.gather(*(connection() for _ in range(concurrency)))
         return latencies, time.perf_counter() - started
 
-    cpu_before, server_before = time.process_time(), process_tree_cpu_s(server_pid)
+    cpu_before, server_before, services_before = time.process_time(), process_tree_cpu_s(server_pid), services_cpu_s()
     latencies, wall = asyncio.run(run())
-    server_after = process_tree_cpu_s(server_pid)
+    server_after, services_after = process_tree_cpu_s(server_pid), services_cpu_s()
     count = len(latencies)
     server = None if server_before is None or server_after is None else (server_after - server_before) / count * 1000
-    return Load(sorted(latencies), wall, (time.process_time() - cpu_before) / count * 1000, server)
+    services = {name: (services_after[name] - spent) / count * 1000 for name, spent in services_before.items()
+                if name in services_after}
+    return Load(sorted(latencies), wall, (time.process_time() - cpu_before) / count * 1000, server, services)
 
 
 async def _response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -80,14 +83,29 @@ def process_tree_cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds of `pid` and its child processes (uvicorn's workers), from /proc (Linux)."""
     if pid is None or not Path("/proc/self/stat").exists():
         return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    return sum(cpu for this, parent, _name, cpu in _processes() if this == pid or parent == pid)
+
+
+SERVICES = {"postgres": "PostgreSQL", "redis-server": "Redis"}  # process name → what it is
+
+
+def services_cpu_s() -> dict[str, float]:
+    """CPU seconds of the PostgreSQL and Redis processes on this host, by SERVICES' names (none found: absent).
+    All their work counts, not only this load's: figures from an otherwise idle machine."""
+    spent: dict[str, float] = {}
+    for _this, _parent, name, cpu in _processes():
+        if name in SERVICES:
+            spent[SERVICES[name]] = spent.get(SERVICES[name], 0.0) + cpu
+    return spent
+
+
+def _processes():
+    """(pid, parent pid, name, CPU seconds) of every process, from /proc (Linux; none elsewhere)."""
+    ticks = os.sysconf("SC_CLK_TCK") if Path("/proc/self/stat").exists() else 0
+    for stat in Path("/proc").glob("[0-9]*/stat") if ticks else ():
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            text = stat.read_text()
         except OSError:  # gone meanwhile
             continue
-        this, parent = int(stat.parent.name), int(fields[1])
-        if this == pid or parent == pid:
-            total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text.rsplit(")", 1)[1].split()
+        yield int(stat.parent.name), int(fields[1]), name, (int(fields[11]) + int(fields[12])) / ticks

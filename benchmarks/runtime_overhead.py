@@ -15,7 +15,8 @@
    at concurrency 1 and 32 and two request counts: requests/s and p50/p99 of the HTTP latency (the
    scripted model answers at once, so all of it is added by the stack), and the CPU a request of the server's
    processes and of the load generator (benchmarks/http_load.py: keep-alive HTTP/1.1 on asyncio streams),
-   which share the machine's cores with PostgreSQL and Redis. `--deployed`: PostgreSQL and Redis.
+   which share the machine's cores with PostgreSQL and Redis. `--deployed`: PostgreSQL and Redis, and their
+   processes' CPU a request too where they run on this host (all their work meanwhile: run it on an idle machine).
 3. The offline model (local backend): load time and decode tokens/s.
 """
 
@@ -212,10 +213,12 @@ def bench_api(requests: int, servers: list[str], workers: list[int], deployed: b
                 for count in (requests // 4, requests):  # the cost per request should not grow with the count
                     run = _replies(port, token, server.pid, concurrency, count)
                     server_cpu = "?" if run.server_cpu_ms is None else f"{run.server_cpu_ms:.2f}"
+                    services = "".join(f", {name} {ms:.2f} ms" for name, ms in run.services_cpu_ms.items()
+                                       if deployed)
                     print(f"API added latency, {asgi.label(server_name, processes)}, concurrency {concurrency:>2}, "
                           f"{count:>4} requests (scripted model, {where}): {run.rate():.0f} req/s, "
                           f"p50 {run.pct(50):.1f} ms, p99 {run.pct(99):.1f} ms; CPU a request: server "
-                          f"{server_cpu} ms, load generator {run.client_cpu_ms:.2f} ms", flush=True)
+                          f"{server_cpu} ms{services}, load generator {run.client_cpu_ms:.2f} ms", flush=True)
         finally:
             asgi.stop(server)
 
