@@ -86,3 +86,20 @@ def test_a_lone_trace_is_stored_as_the_orm_stores_it(workspace):
     assert traces_store([bad]) == 1
     assert Trace.objects.get(trace_id=bad.trace_id).data["storage_error"]
     assert Trace.objects.count() == 3
+
+
+def test_a_new_trace_is_compressed_with_lz4_where_postgresql_has_it(workspace):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL column setting")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'")
+        if not cursor.fetchone()[0]:
+            pytest.skip("this PostgreSQL was built without LZ4")
+    data = trace_data(steps=[{"kind": "model", "text": f"step {i} " * 40} for i in range(60)])  # past TOAST's 2 KB
+    traces_store([row(workspace, data)])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_column_compression(data) FROM serving_trace WHERE trace_id = %s", [data["trace_id"]])
+        assert cursor.fetchone()[0] == "lz4"
+    assert Trace.objects.get(trace_id=data["trace_id"]).data["steps"] == data["steps"]
