@@ -18,6 +18,8 @@ import json
 import re
 from functools import cache
 
+import psycopg
+import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
@@ -38,6 +40,10 @@ from serving.selection import select_version
 from serving.selectors import room_route_on_loop
 from serving.services import KEY_PREFIX, answer_turn, api_key_checked, api_key_from_memory, tool_registry_for
 from serving.traces import trace_row, trace_store_on_loop
+
+# The loop's own PostgreSQL pool or Redis client failing (unreachable, a pool timeout): before the admission
+# Django's route takes the request with its own connections, and answers or reports the failure as it does.
+_UNREACHABLE = (psycopg.Error, redis.RedisError, OSError)
 
 
 class _HandOver(Exception):  # noqa: N818 (not an error: Django's route answers this request)
@@ -135,11 +141,14 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
     if payload.harness or payload.backend or payload.version is not None or READ not in capabilities(actor,
                                                                                                      workspace):
         raise _HandOver()  # a harness, backend or version named is looked up in the database; 403
-    room = await room_route_on_loop(workspace.pk, room_id)
-    if room is None or room.harness is None:
-        raise _HandOver()  # Django's 404, or the harness chosen from the workspace's
-    admission = await reply_admit_async(key=f"key{key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
-                                        harness_id=room.harness.pk)
+    try:
+        room = await room_route_on_loop(workspace.pk, room_id)
+        if room is None or room.harness is None:
+            raise _HandOver()  # Django's 404, or the harness chosen from the workspace's
+        admission = await reply_admit_async(key=f"key{key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
+                                            harness_id=room.harness.pk)
+    except _UNREACHABLE:
+        raise _HandOver() from None  # not counted yet: Django's route admits it
     if admission.over_limit or not admission.keys_generation or admission.keys_generation != generation:
         raise _HandOver(admission)  # Django's 429, or its check of a key whose access may have changed
     try:

@@ -244,3 +244,31 @@ def test_a_harness_under_an_experiment_is_answered_by_django(platform, harness, 
     assert all(a["django"] and a["status"] == 200 for a in answers)
     assert {a["json"]["arm"].rsplit(":", 1)[-1] for a in answers} <= {"control", "harness"}
     assert Exposure.objects.filter(experiment=experiment).count() == 4
+
+
+def test_the_loops_own_connections_failing_hands_the_reply_to_django(platform, monkeypatch):
+    """PostgreSQL unreachable from the loop's pool, or Redis from its asyncio client: Django's route answers with
+    its own connections (here they work), and admits the request itself."""
+    import psycopg
+    import redis
+
+    from serving import lean_reply
+
+    remembered = asgi([(REPLY, HELLO, bearer(platform))])[0]  # the route is remembered from here on
+
+    async def pool_down(*_args, **_kwargs):
+        raise psycopg.OperationalError("connection refused")
+
+    async def redis_down(*_args, **_kwargs):
+        raise redis.ConnectionError("connection refused")
+
+    monkeypatch.setattr(lean_reply, "room_route_on_loop", pool_down)
+    no_pool = asgi([(REPLY, {**HELLO, "viewer_id": "v2"}, bearer(platform))])[0]
+    monkeypatch.undo()
+    monkeypatch.delenv("DJANGO_ALLOW_ASYNC_UNSAFE", raising=False)
+    monkeypatch.setattr(lean_reply, "reply_admit_async", redis_down)
+    no_redis = asgi([(REPLY, {**HELLO, "viewer_id": "v3"}, bearer(platform))])[0]
+    assert remembered["status"] == no_pool["status"] == no_redis["status"] == 200
+    assert no_pool["django"] and no_redis["django"]
+    assert no_pool["json"]["outcome"] == no_redis["json"]["outcome"] == "replied"
+    assert Trace.objects.filter(trace_id__in=[no_pool["json"]["trace_id"], no_redis["json"]["trace_id"]]).count() == 2
