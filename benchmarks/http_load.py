@@ -86,6 +86,13 @@ def process_tree_cpu_s(pid: int | None) -> float | None:
     return sum(cpu for this, parent, _name, cpu in _processes() if this == pid or parent == pid)
 
 
+def workers_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds of each worker of the server `pid` (its child processes; the server itself when it has none)."""
+    processes = list(_processes())
+    children = {this: cpu for this, parent, _name, cpu in processes if parent == pid}
+    return children or {this: cpu for this, _parent, _name, cpu in processes if this == pid}
+
+
 SERVICES = {"postgres": "PostgreSQL", "redis-server": "Redis"}  # process name → what it is
 
 

@@ -204,18 +204,22 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
     server = asgi.start(server_name, port, workers=workers, env=env, cwd=ROOT)
     rounds = max(1, batches // 10)
     api_s = copy_s = 0.0
+    spent = dict.fromkeys(_cpu_now(server.pid), 0.0)  # CPU seconds while the API is loaded, by whom
     try:
-        # Warm-up, untimed: a worker's first request imports what the view and the snapshot publisher need.
         warm = [json.dumps({"events": _batch(viewers, 0, 1000, datetime.now(UTC).isoformat())}).encode()
                 for _ in range(2 * workers)]
-        asyncio.run(_post(port, token, warm, workers))
+        if not asgi.warm_every_worker(server.pid, workers, lambda: asyncio.run(_post(port, token, warm, 2 * workers))):
+            print("  (warm-up: not every worker served a request; the figures include their start-up)")
         with psycopg.connect(url) as conn:
             for r in range(rounds):
                 n = batches // rounds
                 payloads = [_batch(viewers, (r * n + b) * 1000, 1000, datetime.now(UTC).isoformat())
                             for b in range(n)]
                 bodies = [json.dumps({"events": events}).encode() for events in payloads]
+                before = _cpu_now(server.pid)
                 api_s += asyncio.run(_post(port, token, bodies, concurrency))
+                spent = {name: spent + after - start for (name, after), start, spent
+                         in zip(_cpu_now(server.pid).items(), before.values(), spent.values(), strict=True)}
                 for events in payloads:
                     copy_s += _copy_rows(conn, _twin_rows(workspace.pk, events))
     finally:
@@ -224,7 +228,22 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
     print(f"\nPOST /api/v1/events ({asgi.label(server_name, workers)}; batches of 1,000; {concurrency} clients; {rounds} rounds "
           f"alternating with COPY): {n / api_s:,.0f} events/s, raw COPY of the same rows {n / copy_s:,.0f} rows/s, "
           f"ratio {copy_s / api_s:.2f}× COPY ({1000 * api_s / (n / 1000):.1f} ms a batch of wall time)")
+    per_batch = ", ".join(f"{name} {1000 * seconds / (n / 1000):.1f} ms" for name, seconds in spent.items())
+    print(f"  CPU a batch while the API was loaded: {per_batch}; the cores were busy "
+          f"{100 * spent['all processes'] / api_s / os.cpu_count():.0f} % of that time")
     return n + 1000
+
+
+def _cpu_now(server_pid: int) -> dict[str, float]:
+    """CPU seconds so far: the server's processes, PostgreSQL's, the load generator's (this process) and the
+    whole machine's (/proc/stat; everything else running meanwhile counts there too)."""
+    from http_load import process_tree_cpu_s, services_cpu_s
+
+    with open("/proc/stat") as stat:
+        user, nice, system = (int(x) for x in stat.readline().split()[1:4])
+    return {"server": process_tree_cpu_s(server_pid) or 0.0,
+            "PostgreSQL": services_cpu_s().get("PostgreSQL", 0.0), "load generator": time.process_time(),
+            "all processes": (user + nice + system) / os.sysconf("SC_CLK_TCK")}
 
 
 async def _post(port, token, bodies, concurrency) -> float:

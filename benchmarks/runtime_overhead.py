@@ -22,6 +22,7 @@
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import json
 import os
@@ -208,7 +209,9 @@ def bench_api(requests: int, servers: list[str], workers: list[int], deployed: b
         port = free_port()
         server = asgi.start(server_name, port, workers=processes, env=env, cwd=ROOT)
         try:
-            _replies(port, token, server.pid, 1, 50)  # warm-up
+            warm_up = functools.partial(_replies, port, token, server.pid, 2 * processes, 50)
+            if not asgi.warm_every_worker(server.pid, processes, warm_up):
+                print("  (warm-up: not every worker served a request; the figures include their start-up)")
             for concurrency in (1, 32):
                 for count in (requests // 4, requests):  # the cost per request should not grow with the count
                     run = _replies(port, token, server.pid, concurrency, count)

@@ -47,3 +47,19 @@ def start(name: str, port: int, *, workers: int = 1, env: dict, cwd: Path) -> su
 def stop(server: subprocess.Popen) -> None:
     server.terminate()
     server.wait(timeout=20)
+
+
+def warm_every_worker(server_pid: int, workers: int, load) -> bool:
+    """Call `load()` (a round of untimed requests) until each of the server's `workers` processes has served some
+    (its CPU grew by 0.2 s): a worker's first requests import what the views need, about a second of CPU, and which
+    worker accepts a connection is the kernel's choice (uvicorn's other children, such as multiprocessing's
+    tracker, serve none). False after 10 rounds without it: the figures that follow include a start-up."""
+    from http_load import workers_cpu_s
+
+    start = workers_cpu_s(server_pid)
+    for _ in range(10):
+        load()
+        now = workers_cpu_s(server_pid)
+        if sum(now.get(pid, 0.0) - cpu > 0.2 for pid, cpu in start.items()) >= workers:
+            return True
+    return False
