@@ -218,8 +218,8 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
                 bodies = [json.dumps({"events": events}).encode() for events in payloads]
                 before = _cpu_now(server.pid)
                 api_s += asyncio.run(_post(port, token, bodies, concurrency))
-                spent = {name: spent + after - start for (name, after), start, spent
-                         in zip(_cpu_now(server.pid).items(), before.values(), spent.values(), strict=True)}
+                after = _cpu_now(server.pid)
+                spent = {name: total + after[name] - before[name] for name, total in spent.items()}
                 for events in payloads:
                     copy_s += _copy_rows(conn, _twin_rows(workspace.pk, events))
     finally:
@@ -247,11 +247,7 @@ def _cpu_now(server_pid: int) -> dict[str, float]:
 
 
 async def _post(port, token, bodies, concurrency) -> float:
-    import logging
-
     import httpx
-
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's logging config would print every request
 
     queue = list(bodies)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300,

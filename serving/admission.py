@@ -74,10 +74,11 @@ async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int)
     return _admission(await _async_script()(keys=keys, args=[WINDOW_TIMEOUT_S]), limit_per_minute, harness_id)
 
 
-def _admit_keys(key: str, harness_id: int | None, make_key=cache.make_key) -> list[str]:
+def _admit_keys(key: str, harness_id: int | None, make_key=None) -> list[str]:
     names = [f"ratelimit:{key}:{int(time.time() // 60)}", API_ACCESS_GENERATION]
     if harness_id is not None:
         names.append(routing.token_key(harness_id))
+    make_key = make_key or cache.make_key  # this context's cache unless the caller brings one
     return [make_key(name) for name in names]
 
 
