@@ -10,7 +10,8 @@ request should not grow with the count). To compare checkouts in one sitting, ru
 second time with `--root <other checkout>` (its code, this script). `--asgi` also calls the ASGI application
 (console.asgi) in process, as a server would, on one event loop, before any server's HTTP parsing: there the
 everyday reply takes the route on the event loop (serving.lean_reply) where the test client takes Django's
-route (middleware, ninja, the sync view in a thread and the turn back on a loop).
+route (middleware, ninja, the sync view in a thread and the turn back on a loop); it then times a full garbage
+collection over what the process holds, with start-up's objects frozen (console.asgi) and not (gc_pause.py).
 """
 
 import argparse
@@ -100,6 +101,16 @@ def main() -> None:
             print(f"{count:>5} replies through the ASGI app: wall p50 {times[len(times) // 2]:.1f} ms, "
                   f"p95 {times[int(len(times) * 0.95)]:.1f} ms; CPU p50 {cpu[len(cpu) // 2]:.2f} ms, "
                   f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
+
+    if args.asgi:  # what a serving process has tracked by now, and a full collection's pause over it
+        import gc
+
+        from gc_pause import pauses_ms, report
+
+        report("after these replies, start-up frozen", pauses_ms(7))
+        gc.unfreeze()
+        report("start-up unfrozen (before)          ", pauses_ms(7))
+        gc.freeze()
 
     if args.profile:
         profile_replies(reply, args.profile, "through the test client")
