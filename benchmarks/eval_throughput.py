@@ -15,6 +15,7 @@ run's own started → finished time (what the runner costs); "command wall" adds
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from embedded import ROOT, embedded_workspace, last_line
+from http_load import workers_cpu_s
 
 
 def main() -> None:
@@ -40,8 +42,9 @@ def main() -> None:
     try:
         manage, _ = embedded_workspace(HARNESSOPS_OPENAI_BASE_URL=base_url, HARNESSOPS_OPENAI_MODEL="scripted")
         print(f"{args.latency_ms} ms per model call")
-        print("| cases | concurrency | model calls | ideal | run wall | run / ideal | command wall |")
-        print("|---|---|---|---|---|---|---|")
+        print("| cases | concurrency | model calls | ideal | run wall | run / ideal | command wall "
+              "| command CPU | model server CPU |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for cases in args.cases:
             name = f"throughput{cases}"
             manage("eval_set", name, "--workspace", "demo", "--suite", "live_stream_qa", "--seed", "1",
@@ -49,19 +52,30 @@ def main() -> None:
             for concurrency in args.concurrency:
                 if concurrency == 1 and cases > 64:
                     continue
-                started = time.perf_counter()
+                started, command_cpu = time.perf_counter(), _children_cpu_s()
+                server_cpu = sum(workers_cpu_s(server.pid).values())
                 manage("eval_run", "avatar@production", f"{name}@v1", "--workspace", "demo", "--backend", "openai",
                        "--concurrency", str(concurrency), "--inline")
                 command_wall = time.perf_counter() - started
+                # Both on the same cores as the run: the command's (start-up included) and the stand-in's.
+                command_cpu = _children_cpu_s() - command_cpu
+                server_cpu = sum(workers_cpu_s(server.pid).values()) - server_cpu
                 calls, run_wall = json.loads(last_line(manage("shell", "-c", (
                     "import json; from evaluation.models import EvalRun; r = EvalRun.objects.latest('id'); "
                     "print(json.dumps([sum(x.trace.get('model_calls', 0) for x in r.results.all()), "
                     "(r.finished_at - r.started_at).total_seconds()]))"))))
                 ideal = calls * args.latency_ms / 1000 / concurrency
                 print(f"| {cases} | {concurrency} | {calls} | {ideal:.2f} s | {run_wall:.2f} s | "
-                      f"{run_wall / ideal:.2f}× | {command_wall:.2f} s |", flush=True)
+                      f"{run_wall / ideal:.2f}× | {command_wall:.2f} s | {command_cpu:.2f} s | {server_cpu:.2f} s |",
+                      flush=True)
     finally:
         server.terminate()
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this script's finished child processes (the eval_run command among them)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import functools
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -28,38 +30,65 @@ def _ssl_context():
     return httpx.create_ssl_context()
 
 
-# Pooled clients, one per (event loop, timeout, key), so a reply reuses the connections of the turns before
+# Pooled clients, one set per (event loop, timeout, key), so a reply reuses the connections of the turns before
 # it instead of building a client (and connecting) per turn. A pool belongs to the loop that made it: the
 # server's loop lives as long as the process; a job that runs its own loop (asyncio.run) closes its pools
 # with `close_shared_clients` before the loop ends; pools of loops that ended without it are dropped.
-_SHARED: dict[asyncio.AbstractEventLoop, dict[tuple, httpx.AsyncClient]] = {}
+_SHARED: dict[asyncio.AbstractEventLoop, dict[tuple, "_Lanes"]] = {}
 _SHARED_LOCK = threading.Lock()
+LANES = 8
 
 
-def _shared_client(timeout_s: float, api_key: str | None) -> httpx.AsyncClient:
+class _Lanes:
+    """LANES clients to one server, each with a share of the limits; a call takes the one with the fewest calls
+    in flight (the first among equals, so calls one at a time keep one connection).
+
+    httpcore's pool walks its connections several times for each request, and once per idle connection inside
+    one of those walks: at 32 calls in flight on one client, ~2,700 connection checks a model call, the largest
+    part of an eval run's CPU. A lane holds an eighth of them (docs/performance.md)."""
+
+    def __init__(self, timeout_s: float, api_key: str | None):
+        self.timeout_s, self.api_key = timeout_s, api_key
+        self.clients: list[httpx.AsyncClient | None] = [None] * LANES
+        self.in_flight = [0] * LANES
+
+    @contextmanager
+    def client(self) -> Iterator[httpx.AsyncClient]:
+        lane = self.in_flight.index(min(self.in_flight))
+        client = self.clients[lane]
+        if client is None or client.is_closed:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            # Up to 256 requests in flight per server in all (eval runs at high concurrency).
+            client = self.clients[lane] = httpx.AsyncClient(
+                timeout=self.timeout_s, headers=headers, verify=_ssl_context(),
+                limits=httpx.Limits(max_connections=256 // LANES, max_keepalive_connections=64 // LANES))
+        self.in_flight[lane] += 1
+        try:
+            yield client
+        finally:
+            self.in_flight[lane] -= 1
+
+
+def _shared_lanes(timeout_s: float, api_key: str | None) -> _Lanes:
     loop = asyncio.get_running_loop()
     key = (timeout_s, api_key)
     with _SHARED_LOCK:
-        clients = _SHARED.get(loop)
-        if clients is None:
+        pools = _SHARED.get(loop)
+        if pools is None:
             for ended in [other for other in _SHARED if other.is_closed()]:
                 del _SHARED[ended]
-            clients = _SHARED[loop] = {}
-        client = clients.get(key)
-        if client is None or client.is_closed:
-            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-            # Limits: up to 256 requests in flight per server (eval runs at high concurrency).
-            client = clients[key] = httpx.AsyncClient(
-                timeout=timeout_s, headers=headers, verify=_ssl_context(),
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
-    return client
+            pools = _SHARED[loop] = {}
+        lanes = pools.get(key)
+        if lanes is None:
+            lanes = pools[key] = _Lanes(timeout_s, api_key)
+    return lanes
 
 
 async def close_shared_clients() -> None:
     """Close the pooled clients of the running event loop (call before a job's own loop ends)."""
     with _SHARED_LOCK:
-        clients = list(_SHARED.pop(asyncio.get_running_loop(), {}).values())
-    for client in clients:
+        pools = list(_SHARED.pop(asyncio.get_running_loop(), {}).values())
+    for client in [client for lanes in pools for client in lanes.clients if client is not None]:
         await client.aclose()
 
 
@@ -99,9 +128,13 @@ class OpenAIBackend:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._transport is None:  # the usual case: the process's pooled client for this server
-            return _shared_client(self.timeout_s, self.api_key)
+    @contextmanager
+    def _http(self) -> Iterator[httpx.AsyncClient]:
+        """The client for one call, held for the call's length."""
+        if self._transport is None:  # the usual case: the process's pooled clients for this server
+            with _shared_lanes(self.timeout_s, self.api_key).client() as client:
+                yield client
+            return
         # A client's connection pool belongs to the event loop it was created on; code that calls
         # asyncio.run per job (Celery tasks, tests) would otherwise reuse a pool of a closed loop.
         loop = asyncio.get_running_loop()
@@ -109,7 +142,7 @@ class OpenAIBackend:
             self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers(),
                                              transport=self._transport, verify=_ssl_context())
             self._client_loop = loop
-        return self._client
+        yield self._client
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -173,7 +206,8 @@ class OpenAIBackend:
 
     async def _complete_json(self, body: dict[str, Any], started: float) -> ModelResponse:
         try:
-            response = await self._http().post(f"{self.base_url}/chat/completions", json=body)
+            with self._http() as http:
+                response = await http.post(f"{self.base_url}/chat/completions", json=body)
             if response.status_code != 200:
                 raise await self._post_error(response)
             payload = response.json()
@@ -186,26 +220,31 @@ class OpenAIBackend:
     async def _complete_streaming(self, body: dict[str, Any], started: float) -> ModelResponse:
         stream = _StreamState()
         try:
-            async with self._http().stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
-                if response.status_code != 200:
-                    raise await self._post_error(response)
-                done = False
-                async for line in response.aiter_lines():
-                    if done or not line.startswith("data:"):
-                        continue  # blank separators, `event:` and `:` keep-alive comments
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True  # still read to the end: only a stream read to its end keeps its connection
-                        continue
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError as error:
-                        raise BackendError(f"malformed stream chunk {data[:_BODY_EXCERPT]!r}") from error
-                    if stream.add(chunk) and stream.ttft_ms is None:
-                        stream.ttft_ms = (time.perf_counter() - started) * 1000
+            with self._http() as http:
+                async with http.stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+                    if response.status_code != 200:
+                        raise await self._post_error(response)
+                    await self._read_stream(response, stream, started)
         except httpx.HTTPError as error:
             raise self._transport_error(error) from error
         return stream.response(latency_ms=(time.perf_counter() - started) * 1000)
+
+    @staticmethod
+    async def _read_stream(response: httpx.Response, stream: "_StreamState", started: float) -> None:
+        done = False
+        async for line in response.aiter_lines():
+            if done or not line.startswith("data:"):
+                continue  # blank separators, `event:` and `:` keep-alive comments
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True  # still read to the end: only a stream read to its end keeps its connection
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError as error:
+                raise BackendError(f"malformed stream chunk {data[:_BODY_EXCERPT]!r}") from error
+            if stream.add(chunk) and stream.ttft_ms is None:
+                stream.ttft_ms = (time.perf_counter() - started) * 1000
 
 
 class _StreamState:

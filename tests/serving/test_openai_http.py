@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from serving.backends import BackendError, ToolCall
-from serving.backends.openai import OpenAIBackend, close_shared_clients
+from serving.backends.openai import LANES, OpenAIBackend, _shared_lanes, close_shared_clients
 from serving.openai_compat import ARGUMENT_PIECE_CHARS
 from serving.vllm import check_health
 
@@ -95,6 +95,41 @@ def test_streamed_completions_reuse_one_connection(scripted_server, monkeypatch)
 
     assert asyncio.run(three_calls()) == ["one", "two", "three"]
     assert len(connects) == 1
+
+
+def test_calls_in_flight_spread_over_the_lanes_and_keep_their_connections(scripted_server, monkeypatch):
+    """Concurrent calls go to the least busy of LANES clients (httpcore's pool costs O(connections²) a request
+    on one client); a second wave reuses the first wave's connections, and one call at a time keeps lane 0."""
+    base_url = scripted_server(["ok"], "--cycle", "--delay-ms", "100")
+    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+    connects = []
+    real_connect = socket.socket.connect
+
+    def counted(sock, address):
+        if address[1:2] == (port,):
+            connects.append(address)
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", counted)
+    backend = OpenAIBackend(base_url, "scripted", stream=True)
+    lanes_seen = []
+
+    async def waves():
+        try:
+            for _ in range(2):
+                answers = await asyncio.gather(*(backend.complete(USER, []) for _ in range(2 * LANES)))
+                assert [a.content for a in answers] == ["ok"] * (2 * LANES)
+            lanes = _shared_lanes(backend.timeout_s, backend.api_key)
+            lanes_seen.append([client is not None for client in lanes.clients])
+            assert lanes.in_flight == [0] * LANES
+            with lanes.client() as first, lanes.client() as second:
+                assert (first, second) == (lanes.clients[0], lanes.clients[1])
+        finally:
+            await close_shared_clients()
+
+    asyncio.run(waves())
+    assert lanes_seen == [[True] * LANES]
+    assert len(connects) == 2 * LANES  # the second wave connected nowhere
 
 
 def test_fixed_latency_is_measured(scripted_server):
