@@ -206,9 +206,12 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
     api_s = copy_s = 0.0
     spent = dict.fromkeys(_cpu_now(server.pid), 0.0)  # CPU seconds while the API is loaded, by whom
     try:
-        warm = [json.dumps({"events": _batch(viewers, 0, 1000, datetime.now(UTC).isoformat())}).encode()
-                for _ in range(2 * workers)]
-        if not asgi.warm_every_worker(server.pid, workers, lambda: asyncio.run(_post(port, token, warm, 2 * workers))):
+        def warm_up() -> None:  # new events every round: the same ones again would be duplicates, not accepted
+            bodies = [json.dumps({"events": _batch(viewers, 0, 1000, datetime.now(UTC).isoformat())}).encode()
+                      for _ in range(2 * workers)]
+            asyncio.run(_post(port, token, bodies, 2 * workers))
+
+        if not asgi.warm_every_worker(server.pid, workers, warm_up):
             print("  (warm-up: not every worker served a request; the figures include their start-up)")
         with psycopg.connect(url) as conn:
             for r in range(rounds):
