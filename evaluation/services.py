@@ -20,7 +20,7 @@ from console.services import archived_set, audit_record
 from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
-from evaluation.selectors import progress_payload, run_tally
+from evaluation.selectors import Tally, progress_payload, run_tally
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
 from harness.runtime import HttpPolicy
@@ -329,14 +329,18 @@ def run_execute(*, run_id: int) -> str:
     tally = run_tally(run_id)  # read once; each case saved below is added to it
     worker = threading.Thread(target=evaluate_all, name=f"eval-run-{run_id}", daemon=True)
     # What the process holds now (Django, the modules, the spec) outlives the run: frozen, a full collection
-    # walks only what the run makes (a walk of it all stopped the cases' loop ~30-130 ms at a time). Unfrozen
-    # after, so it is collected as before (benchmarks/eval_throughput.py).
-    gc.freeze()
+    # walks only what the run makes (one walk of it all stopped a run's cases 177 ms). Unfrozen after, so it is
+    # collected as before, unless something was frozen already (a web process's start-up: console.asgi), which
+    # unfreezing would release too.
+    owned = gc.get_freeze_count() == 0
+    if owned:
+        gc.freeze()
     try:
         worker.start()
         failure = _saved_as_they_finish(run, worker, outcomes, tally, cancel)
     finally:
-        gc.unfreeze()
+        if owned:
+            gc.unfreeze()
     if failure is not None:
         log.error("eval run %s failed: %s", run_id, failure)
         EvalRun.objects.filter(pk=run_id).update(status=EvalRun.Status.FAILED, error=str(failure)[:2000],
@@ -355,7 +359,8 @@ def run_execute(*, run_id: int) -> str:
     return status
 
 
-def _saved_as_they_finish(run: EvalRun, worker: threading.Thread, outcomes: queue.Queue, tally, cancel):
+def _saved_as_they_finish(run: EvalRun, worker: threading.Thread, outcomes: queue.Queue, tally: Tally,
+                          cancel: threading.Event) -> BaseException | None:
     """Store each case's outcome as `worker` hands it over, publish progress, pass on a cancel; returns the
     worker's failure (None when it finished)."""
     last_published = last_cancel_check = 0.0

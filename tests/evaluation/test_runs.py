@@ -363,3 +363,21 @@ def test_comparison_bootstraps_each_metric_once(workspace, harness, scripted, se
     compared = [name for name in comparison.metrics if not name.startswith("_")]
     assert len(calls) == len(compared) and {"accuracy", "effectiveness"} <= set(compared)
     assert comparison.verdict == "pass", comparison.reasons
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(workspace, harness, scripted):
+    """A run freezes what the process holds for its length and unfreezes after; in a web process (embedded mode
+    runs jobs there) start-up is frozen already (console.asgi), and the run must not release that."""
+    import gc
+
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=6, n=3)
+    already = gc.get_freeze_count()
+    gc.freeze()  # as a web process's start-up left it
+    try:
+        assert services.run_execute(run_id=make_run(workspace, harness, version).pk) == "done"
+        assert gc.get_freeze_count() >= already and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert services.run_execute(run_id=make_run(workspace, harness, version).pk) == "done"
+    assert gc.get_freeze_count() == 0  # nothing was frozen before: the run's own freeze is gone

@@ -32,6 +32,21 @@ def run(backend, *args, **kwargs):
     return asyncio.run(call())
 
 
+def counted_connects(monkeypatch, base_url: str) -> list:
+    """The connections opened to `base_url`'s port from now on."""
+    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+    connects = []
+    real_connect = socket.socket.connect
+
+    def counted(sock, address):
+        if address[1:2] == (port,):
+            connects.append(address)
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", counted)
+    return connects
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_content_tool_calls_and_usage(scripted_server, stream):
     base_url = scripted_server(SCRIPT)
@@ -75,16 +90,7 @@ def test_streamed_completions_reuse_one_connection(scripted_server, monkeypatch)
     """A stream is read to its end (past `[DONE]`), so its connection serves the next call, as vLLM's
     server keeps it open; a new connection a model call cost an eval run at concurrency 32 a fifth of its time."""
     base_url = scripted_server(["one", "two", "three"])
-    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
-    connects = []
-    real_connect = socket.socket.connect
-
-    def counted(sock, address):
-        if address[1:2] == (port,):
-            connects.append(address)
-        return real_connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", counted)
+    connects = counted_connects(monkeypatch, base_url)
     backend = OpenAIBackend(base_url, "scripted", stream=True)
 
     async def three_calls():
@@ -101,16 +107,7 @@ def test_calls_in_flight_spread_over_the_lanes_and_keep_their_connections(script
     """Concurrent calls go to the least busy of LANES clients (httpcore's pool costs O(connections²) a request
     on one client); a second wave reuses the first wave's connections, and one call at a time keeps lane 0."""
     base_url = scripted_server(["ok"], "--cycle", "--delay-ms", "100")
-    port = int(base_url.rsplit(":", 1)[1].split("/")[0])
-    connects = []
-    real_connect = socket.socket.connect
-
-    def counted(sock, address):
-        if address[1:2] == (port,):
-            connects.append(address)
-        return real_connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", counted)
+    connects = counted_connects(monkeypatch, base_url)
     backend = OpenAIBackend(base_url, "scripted", stream=True)
     lanes_seen = []
 
