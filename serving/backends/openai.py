@@ -40,8 +40,9 @@ LANES = 8
 
 
 class _Lanes:
-    """LANES clients (for every server reached with one timeout and key), each with a share of the limits; a call takes the one with the fewest calls
-    in flight (the first among equals, so calls one at a time keep one connection).
+    """LANES clients (for every server reached with one timeout and key), each with a share of the limits;
+    a call takes the one with the fewest calls in flight (the first among equals, so calls one at a time keep
+    one connection).
 
     httpcore's pool walks its connections several times for each request, and once per idle connection inside
     one of those walks: at 32 calls in flight on one client, 600-700 connection checks a model call (21 with

@@ -129,6 +129,32 @@ def test_calls_in_flight_spread_over_the_lanes_and_keep_their_connections(script
     assert len(connects) == 2 * LANES  # the second wave connected nowhere
 
 
+def test_failed_and_cancelled_calls_give_their_lane_back(scripted_server):
+    """A lane counts a call in flight until it ends however it ends (an error answer, a cancel mid-wait);
+    a count left behind would steer every later call off that lane for the process's life."""
+    base_url = scripted_server([{"error": "a"}, {"error": "b"}, "slow"], "--delay-ms", "500")
+    backend = OpenAIBackend(base_url, "scripted", retries=0, backoff_s=0.01)
+
+    async def fail_then_cancel():
+        try:
+            lanes = _shared_lanes(backend.timeout_s, backend.api_key)
+            failed = await asyncio.gather(backend.complete(USER, []), backend.complete(USER, []),
+                                          return_exceptions=True)
+            assert all(isinstance(f, BackendError) for f in failed), failed
+            assert lanes.in_flight == [0] * LANES
+            slow = asyncio.create_task(backend.complete(USER, []))
+            await asyncio.sleep(0.2)  # the call is waiting for the server's answer
+            assert sum(lanes.in_flight) == 1
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            assert lanes.in_flight == [0] * LANES
+        finally:
+            await close_shared_clients()
+
+    asyncio.run(fail_then_cancel())
+
+
 def test_fixed_latency_is_measured(scripted_server):
     base_url = scripted_server(["slow answer"], "--delay-ms", "300")
     response = run(OpenAIBackend(base_url, "scripted"), USER, [])
