@@ -20,6 +20,7 @@ import celpy
 import jsonschema
 from celpy.celparser import CELParseError
 
+from harness.spec import cel_parser
 from harness.spec.canonical import HARNESS_FILE, hook_path, prompt_path, skill_path, to_files, tool_path
 from harness.spec.errors import SpecError
 from harness.spec.model import (
@@ -110,9 +111,15 @@ def cel_environment() -> celpy.Environment:
 
     cel-python keeps one parser per process, whose tree class is that of the first environment made; the
     hook engine's transpiler needs its own tree class (a subclass, which the interpreter reads too), so every
-    environment that parses is made with it.
+    environment that parses is made with it. With `cel_parser.DIRECTORY` set (the Django app sets it), the
+    parser is loaded from there, or built and saved there for the next process.
     """
-    return celpy.Environment(runner_class=celpy.CompiledRunner)
+    directory, tree_class = cel_parser.DIRECTORY, celpy.CompiledRunner.tree_node_class
+    loaded = directory is not None and cel_parser.load_parser(directory, tree_class)
+    environment = celpy.Environment(runner_class=celpy.CompiledRunner)
+    if directory is not None and not loaded:
+        cel_parser.save_parser(directory)
+    return environment
 
 
 @lru_cache(maxsize=4096)
