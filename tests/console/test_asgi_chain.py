@@ -152,14 +152,26 @@ def test_session_messages_and_csrf_still_do_their_io_under_the_async_chain(membe
 
 def test_what_start_up_loaded_is_frozen_out_of_full_collections():
     """A full collection walks every tracked object with the event loop stopped: with start-up's objects (Django,
-    every view module) tracked, 110-170 ms every few thousand replies. Loading the ASGI application freezes them."""
-    probe = ("import gc, json, sys; import console.asgi; "
+    every view module) tracked, 110-170 ms every few thousand replies. Loading the ASGI application freezes them.
+    A Celery worker's start does the same for its eval runs."""
+    probe = ("import gc, json, sys; import console.asgi; from celpy.celparser import CELParser; "
              "print(json.dumps({'frozen': gc.get_freeze_count(), 'tracked': len(gc.get_objects()), "
-             "'views': 'serving.api' in sys.modules and 'console.views.serving' in sys.modules}))")
+             "'views': 'serving.api' in sys.modules and 'console.views.serving' in sys.modules, "
+             "'cel': CELParser.CEL_PARSER is not None}))")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
     done = subprocess.run([sys.executable, "-c", probe], cwd=settings.BASE_DIR, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     state = json.loads(done.stdout.strip().splitlines()[-1])
-    assert state["views"]  # loaded before the freeze, not on the first request after it
+    assert state["views"] and state["cel"]  # loaded before the freeze, not on the first request after it
     assert state["frozen"] > 10 * state["tracked"], state
+
+    worker_start = ("import gc, json, django; django.setup(); from celery.signals import worker_init; "
+                    "from console.celery import app; from celpy.celparser import CELParser; "
+                    "worker_init.send(sender=None); print(json.dumps({'frozen': gc.get_freeze_count(), "
+                    "'tracked': len(gc.get_objects()), 'cel': CELParser.CEL_PARSER is not None}))")
+    done = subprocess.run([sys.executable, "-c", worker_start], cwd=settings.BASE_DIR, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["cel"] and state["frozen"] > 10 * state["tracked"], state
