@@ -61,8 +61,7 @@ def save_parser(directory: Path) -> None:
         with partial.open("wb") as out:
             CELParser.CEL_PARSER.save(out)
         os.replace(partial, path)  # processes starting meanwhile read the old file or none, never half of one
-    except OSError:
-        log.warning("the CEL parser could not be saved to %s; each process builds its own", directory,
-                    exc_info=True)
+    except OSError as error:
+        log.warning("the CEL parser could not be saved to %s (%s); each process builds its own", directory, error)
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
