@@ -24,6 +24,10 @@ if sys.argv[2] == "BUILD_FORBIDDEN":
     def build(*args, **kwargs):
         raise AssertionError("the parser was built, not loaded")
     lark.Lark.__init__ = build
+if sys.argv[2] == "SAVE_FAILS":  # e.g. a tree class pickle cannot name
+    def save(*args, **kwargs):
+        raise AttributeError("cannot pickle it")
+    lark.Lark.save = save
 env = cel_environment()
 results = []
 for expr, context in [("event.kind == 'message' && true", {"event": {"kind": "message"}}),
@@ -75,6 +79,28 @@ def test_an_unwritable_directory_only_costs_each_process_its_own_build(tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == EXPECTED
     assert "could not be saved" in done.stderr
+
+
+def test_a_saved_parser_that_others_could_have_written_is_not_loaded(tmp_path):
+    assert run_process(tmp_path, "BUILD").returncode == 0
+    (saved,) = tmp_path.iterdir()
+    assert saved.stat().st_mode & 0o777 == 0o600
+    saved.chmod(0o666)
+
+    distrusted = run_process(tmp_path, "BUILD_FORBIDDEN")
+    assert distrusted.returncode != 0 and "may be changed by other users" in distrusted.stderr
+    rebuilt = run_process(tmp_path, "BUILD")
+    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout) == EXPECTED
+    assert saved.stat().st_mode & 0o777 == 0o600  # replaced by a private one
+    assert run_process(tmp_path, "BUILD_FORBIDDEN").returncode == 0
+
+
+def test_a_parser_that_cannot_be_saved_leaves_nothing_behind(tmp_path):
+    done = run_process(tmp_path, "SAVE_FAILS")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == EXPECTED
+    assert "could not be saved" in done.stderr and "AttributeError" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no partial file
 
 
 def test_the_installation_keeps_its_parser_beside_its_other_state():
