@@ -20,8 +20,9 @@ def _freeze_what_start_up_loaded() -> None:
     """Load the URLconf (every view module) and CEL's parser now, then move what start-up made to the
     collector's permanent generation. Those ~200,000 objects live as long as the process; left tracked, every
     full collection walks them: 110-170 ms with the event loop stopped, every ~2,500 replies under load, which
-    held a whole wave of requests (docs/performance.md). After this a full collection walks only what came later (~10 ms). A process
-    that imports this module for other reasons (a test run) freezes too: harmless, reference counting still frees."""
+    held a whole wave of requests (docs/performance.md). After this a full collection walks only what came
+    later (~10 ms). A process that imports this module for other reasons (a test run) freezes too: harmless,
+    reference counting still frees."""
     from django.urls import get_resolver
 
     from harness.spec.validate import cel_environment

@@ -4,7 +4,7 @@ Under ASGI, Django's `MiddlewareMixin` runs every hook of a middleware in a thre
 or not the hook does I/O: the built-in middleware cost each request 13 of a reply's 17 thread hops. Most of
 these hooks only read headers and cookies or set lazy objects; these subclasses run those on the loop and go to
 a thread only when a hook is about to touch the database: a modified session to save, messages to load or
-store (≈ 0.8 ms less CPU a reply, docs/performance.md). Under WSGI and the test client (a sync chain) nothing
+store (≈ 0.8 ms less CPU a reply, docs/performance-history.md). Under WSGI and the test client (a sync chain) nothing
 changes.
 
 Django's security, CSRF and clickjacking middleware stay Django's own (6 of the hops): `check --deploy` finds
