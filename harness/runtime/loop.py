@@ -105,8 +105,10 @@ class _Turn:
                 if last_call:
                     raise self._fallback(f"still calling tools after {self.settings.max_turns} model calls")
                 messages.append(_assistant_message(response))
-                if len(response.tool_calls) == 1:  # nothing to run beside it: no task needed
-                    results = [await self._run_tool(response.tool_calls[0])]
+                if sum(call.name != "load_skill" for call in response.tool_calls) <= 1:
+                    # A skill loads from the spec without waiting: with at most one call that may wait,
+                    # nothing would run beside it, so no tasks (a gather of two costs ~16 µs, 7 % of a turn).
+                    results = [await self._run_tool(call) for call in response.tool_calls]
                 else:
                     results = await asyncio.gather(*(self._run_tool(call) for call in response.tool_calls))
                 for call, content in zip(response.tool_calls, results, strict=True):

@@ -243,6 +243,26 @@ def test_independent_tool_calls_run_in_parallel():
     assert result.outcome == "replied" and time.perf_counter() - started < 0.55
 
 
+def test_skills_loaded_beside_one_tool_call_keep_the_call_order():
+    # With one call that may wait and skill loads around it, the calls run in turn (no tasks): the tool
+    # messages and the trace's steps still follow the model's order, each answering its own call id.
+    async def slow(args, ctx):
+        await asyncio.sleep(0.05)
+        return {"ok": args["link_id"]}
+
+    spec = make_spec(tools=[tool("a")], skills=[Skill(name="triage", description="t", kind="strategy", body="Triage first."),
+                                                Skill(name="qa", description="q", kind="reply", body="Answer with 3 facts.")])
+    calls = (call("load_skill", {"name": "triage"}, "s0"), call("a", {"link_id": "L001"}, "t1"),
+             call("load_skill", {"name": "qa"}, "s2"))
+    backend = ScriptedBackend([ModelResponse(tool_calls=calls), "done"])
+    result = run(spec, backend, ToolRegistry({"test.a": slow}))
+    assert result.outcome == "replied"
+    answers = [(m["tool_call_id"], m["content"]) for m in backend.calls[1].messages if m["role"] == "tool"]
+    assert answers == [("s0", "Triage first."), ("t1", json.dumps({"ok": "L001"})), ("s2", "Answer with 3 facts.")]
+    assert [s["call_id"] for s in steps(result, "tool")] == ["s0", "t1", "s2"]
+    assert result.trace["skills_loaded"] == ["triage", "qa"]
+
+
 def test_tool_timeout_retries_then_reports_error():
     attempts = []
 
