@@ -11,86 +11,74 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+import aiohttp
 import httpx
 
 from serving.backends.base import BackendError, ModelResponse, ToolCall
 from serving.backends.registry import register_backend
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+_JSON = {"Content-Type": "application/json"}
 _BODY_EXCERPT = 300
 
 
 @functools.cache
 def _ssl_context():
-    # Building one costs 20-40 ms (it loads the CA bundle), and httpx would build one per client.
+    # Building one costs 20-40 ms (it loads the CA bundle): once per process, with the CA bundle httpx uses.
     return httpx.create_ssl_context()
 
 
-# Pooled clients, one set per (event loop, timeout, key), so a reply reuses the connections of the turns before
-# it instead of building a client (and connecting) per turn. A pool belongs to the loop that made it: the
-# server's loop lives as long as the process; a job that runs its own loop (asyncio.run) closes its pools
-# with `close_shared_clients` before the loop ends; pools of loops that ended without it are dropped.
-_SHARED: dict[asyncio.AbstractEventLoop, dict[tuple, "_Lanes"]] = {}
+# One aiohttp session per (event loop, timeout, key), so a reply reuses the connections of the turns before it
+# instead of connecting per turn. aiohttp rather than httpx: a streamed call of 12 chunks cost 0.52 ms of CPU
+# through aiohttp against 1.52 ms through httpx (docs/performance.md), the largest part of an eval case's CPU.
+# A session belongs to the loop that made it. A task kept beside it closes it when the loop's runner cancels
+# what is left (asyncio.run and asgiref's async_to_sync both do), so a job's or a sync view's loop leaves no
+# session open behind it; `close_shared_clients` closes them earlier.
+_SHARED: dict[asyncio.AbstractEventLoop, dict[tuple, tuple[aiohttp.ClientSession, asyncio.Task]]] = {}
 _SHARED_LOCK = threading.Lock()
-LANES = 8
+MAX_CONNECTIONS = 256  # requests in flight per process and server (eval runs at high concurrency)
 
 
-class _Lanes:
-    """LANES clients (for every server reached with one timeout and key), each with a share of the limits;
-    a call takes the one with the fewest calls in flight (the first among equals, so calls one at a time keep
-    one connection).
-
-    httpcore's pool walks its connections several times for each request, and once per idle connection inside
-    one of those walks: at 32 calls in flight on one client, 600-700 connection checks a model call (21 with
-    lanes), the largest part of an eval run's CPU (docs/performance.md)."""
-
-    def __init__(self, timeout_s: float, api_key: str | None):
-        self.timeout_s, self.api_key = timeout_s, api_key
-        self.clients: list[httpx.AsyncClient | None] = [None] * LANES
-        self.in_flight = [0] * LANES
-
-    @contextmanager
-    def client(self) -> Iterator[httpx.AsyncClient]:
-        lane = self.in_flight.index(min(self.in_flight))
-        client = self.clients[lane]
-        if client is None or client.is_closed:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            # Up to 256 requests in flight per server in all (eval runs at high concurrency).
-            client = self.clients[lane] = httpx.AsyncClient(
-                timeout=self.timeout_s, headers=headers, verify=_ssl_context(),
-                limits=httpx.Limits(max_connections=256 // LANES, max_keepalive_connections=64 // LANES))
-        self.in_flight[lane] += 1
-        try:
-            yield client
-        finally:
-            self.in_flight[lane] -= 1
-
-
-def _shared_lanes(timeout_s: float, api_key: str | None) -> _Lanes:
+def _shared_session(timeout_s: float, api_key: str | None) -> aiohttp.ClientSession:
     loop = asyncio.get_running_loop()
     key = (timeout_s, api_key)
     with _SHARED_LOCK:
-        pools = _SHARED.get(loop)
-        if pools is None:
+        sessions = _SHARED.get(loop)
+        if sessions is None:
             for ended in [other for other in _SHARED if other.is_closed()]:
                 del _SHARED[ended]
-            pools = _SHARED[loop] = {}
-        lanes = pools.get(key)
-        if lanes is None:
-            lanes = pools[key] = _Lanes(timeout_s, api_key)
-    return lanes
+            sessions = _SHARED[loop] = {}
+        shared = sessions.get(key)
+        if shared is None or shared[0].closed:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=_ssl_context()),
+                headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+                # As httpx's timeout was: each of connecting and every read, not the whole call.
+                timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s),
+                # No HTTP(S)_PROXY: model servers are reached directly (aiohttp reads the proxy settings in a
+                # thread for every request, two thread hops a call, where httpx read them once).
+                trust_env=False,
+            )
+            shared = sessions[key] = (session, loop.create_task(_closed_with_its_loop(session)))
+    return shared[0]
+
+
+async def _closed_with_its_loop(session: aiohttp.ClientSession) -> None:
+    try:
+        await asyncio.get_running_loop().create_future()  # until the loop's runner cancels what is left
+    finally:
+        await session.close()
 
 
 async def close_shared_clients() -> None:
-    """Close the pooled clients of the running event loop (call before a job's own loop ends)."""
+    """Close the pooled sessions of the running event loop (a job's own loop may call it before it ends)."""
     with _SHARED_LOCK:
-        pools = list(_SHARED.pop(asyncio.get_running_loop(), {}).values())
-    for client in [client for lanes in pools for client in lanes.clients if client is not None]:
-        await client.aclose()
+        shared = list(_SHARED.pop(asyncio.get_running_loop(), {}).values())
+    for session, keeper in shared:
+        keeper.cancel()
+        await session.close()
 
 
 class _RetryableError(Exception):
@@ -112,11 +100,10 @@ class OpenAIBackend:
         extra_body: dict[str, Any] | None = None,
         *,
         backoff_s: float = 0.25,
-        transport: httpx.AsyncBaseTransport | None = None,
     ):
         """`base_url` includes the API prefix (`http://host:8000/v1`), as with the openai client.
         `extra_body` is merged into every request (e.g. `chat_template_kwargs`, `cache_salt`).
-        `retries` counts attempts after the first; `transport` is for tests."""
+        `retries` counts attempts after the first."""
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
@@ -125,36 +112,10 @@ class OpenAIBackend:
         self.stream = stream
         self.extra_body = dict(extra_body or {})
         self.backoff_s = backoff_s
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
 
-    @contextmanager
-    def _http(self) -> Iterator[httpx.AsyncClient]:
-        """The client for one call, held for the call's length."""
-        if self._transport is None:  # the usual case: the process's pooled clients for this server
-            with _shared_lanes(self.timeout_s, self.api_key).client() as client:
-                yield client
-            return
-        # A client's connection pool belongs to the event loop it was created on; code that calls
-        # asyncio.run per job (Celery tasks, tests) would otherwise reuse a pool of a closed loop.
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers(),
-                                             transport=self._transport, verify=_ssl_context())
-            self._client_loop = loop
-        yield self._client
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    async def aclose(self) -> None:
-        """Close this backend's own client (one given a transport); pooled clients stay open for the
-        process's other turns (`close_shared_clients` closes them when their event loop ends)."""
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = None
-        self._client_loop = None
+    def _http(self) -> aiohttp.ClientSession:
+        """The running loop's pooled session for this server's timeout and key."""
+        return _shared_session(self.timeout_s, self.api_key)
 
     def request_body(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int,
@@ -181,71 +142,80 @@ class OpenAIBackend:
     ) -> ModelResponse:
         body = self.request_body(messages, tools, max_tokens=max_tokens, temperature=temperature,
                                  tool_choice=tool_choice)
+        # Encoded once for every attempt, as httpx encoded a JSON body: compact, UTF-8, no NaN.
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         started = time.perf_counter()  # latency and ttft include retries: what the caller waited
         for attempt in range(self.retries + 1):
             try:
                 if self.stream:
-                    return await self._complete_streaming(body, started)
-                return await self._complete_json(body, started)
+                    return await self._complete_streaming(data, started)
+                return await self._complete_json(data, started)
             except _RetryableError as error:
                 if attempt == self.retries:
                     raise BackendError(f"{error} (after {attempt + 1} attempts)") from error
                 await asyncio.sleep(self.backoff_s * 2**attempt)
         raise AssertionError("unreachable")
 
-    async def _post_error(self, response: httpx.Response) -> Exception:
-        await response.aread()
-        excerpt = response.text[:_BODY_EXCERPT]
-        message = f"{self.base_url}/chat/completions answered HTTP {response.status_code}: {excerpt}"
-        return _RetryableError(message) if response.status_code in _RETRY_STATUSES else BackendError(message)
+    async def _post_error(self, response: aiohttp.ClientResponse) -> Exception:
+        excerpt = (await response.read()).decode("utf-8", "replace")[:_BODY_EXCERPT]
+        message = f"{self.base_url}/chat/completions answered HTTP {response.status}: {excerpt}"
+        return _RetryableError(message) if response.status in _RETRY_STATUSES else BackendError(message)
 
-    def _transport_error(self, error: httpx.HTTPError) -> Exception:
+    def _transport_error(self, error: aiohttp.ClientError) -> Exception:
         message = f"{self.base_url}/chat/completions: {type(error).__name__}: {error}"
-        if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+        # Never connected, or a kept connection the server had closed: the request did not reach the model.
+        if isinstance(error, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
+                      | aiohttp.ServerDisconnectedError):
             return _RetryableError(message)
         return BackendError(message)
 
-    async def _complete_json(self, body: dict[str, Any], started: float) -> ModelResponse:
+    def _post(self, data: bytes):
+        return self._http().post(f"{self.base_url}/chat/completions", data=data, headers=_JSON)
+
+    async def _complete_json(self, data: bytes, started: float) -> ModelResponse:
         try:
-            with self._http() as http:
-                response = await http.post(f"{self.base_url}/chat/completions", json=body)
-            if response.status_code != 200:
-                raise await self._post_error(response)
-            payload = response.json()
-        except httpx.HTTPError as error:
+            async with self._post(data) as response:
+                if response.status != 200:
+                    raise await self._post_error(response)
+                payload = json.loads(await response.read())
+        except aiohttp.ClientError as error:
             raise self._transport_error(error) from error
         except ValueError as error:
             raise BackendError(f"chat completion is not JSON: {error}") from error
         return _response_from_json(payload, latency_ms=(time.perf_counter() - started) * 1000)
 
-    async def _complete_streaming(self, body: dict[str, Any], started: float) -> ModelResponse:
+    async def _complete_streaming(self, data: bytes, started: float) -> ModelResponse:
         stream = _StreamState()
         try:
-            with self._http() as http:
-                async with http.stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
-                    if response.status_code != 200:
-                        raise await self._post_error(response)
-                    await self._read_stream(response, stream, started)
-        except httpx.HTTPError as error:
+            async with self._post(data) as response:
+                if response.status != 200:
+                    raise await self._post_error(response)
+                await self._read_stream(response, stream, started)
+        except aiohttp.ClientError as error:
             raise self._transport_error(error) from error
         return stream.response(latency_ms=(time.perf_counter() - started) * 1000)
 
     @staticmethod
-    async def _read_stream(response: httpx.Response, stream: "_StreamState", started: float) -> None:
+    async def _read_stream(response: aiohttp.ClientResponse, stream: "_StreamState", started: float) -> None:
         done = False
-        async for line in response.aiter_lines():
-            if done or not line.startswith("data:"):
-                continue  # blank separators, `event:` and `:` keep-alive comments
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True  # still read to the end: only a stream read to its end keeps its connection
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError as error:
-                raise BackendError(f"malformed stream chunk {data[:_BODY_EXCERPT]!r}") from error
-            if stream.add(chunk) and stream.ttft_ms is None:
-                stream.ttft_ms = (time.perf_counter() - started) * 1000
+        try:
+            async for received in response.content:  # lines ending in \n; splitlines also splits \r and \r\n
+                for line in received.splitlines():
+                    if done or not line.startswith(b"data:"):
+                        continue  # blank separators, `event:` and `:` keep-alive comments
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True  # still read to the end: only a stream read to its end keeps its connection
+                        continue
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError as error:
+                        excerpt = data[:_BODY_EXCERPT].decode("utf-8", "replace")
+                        raise BackendError(f"malformed stream chunk {excerpt!r}") from error
+                    if stream.add(chunk) and stream.ttft_ms is None:
+                        stream.ttft_ms = (time.perf_counter() - started) * 1000
+        except ValueError as error:  # a line longer than aiohttp's buffer
+            raise BackendError(f"unreadable stream: {error}") from error
 
 
 class _StreamState:

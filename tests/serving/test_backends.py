@@ -1,12 +1,17 @@
 """Backends without a model: the registry, the scripted backend, Hermes/ChatML formatting, the OpenAI
-client's request, parsing and retry policy (over httpx's mock transport), and the vLLM profiles."""
+client's request, parsing and retry policy (against a local server of canned answers), and the vLLM profiles."""
 
 import asyncio
 import json
 import shlex
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.management import CommandError, call_command
 
 from serving.backends import (
@@ -196,7 +201,7 @@ def test_render_tool_calls_and_results_round_trip():
                                                                    ("get_stock", {"sku": "S1"})]
 
 
-# --- OpenAI client over a mock transport ------------------------------------------------------------
+# --- OpenAI client against a local server of canned answers ------------------------------------------------------------
 
 def sse(*chunks) -> bytes:
     return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b": keep-alive\n\ndata: [DONE]\n\n"
@@ -206,25 +211,67 @@ def delta(**fields):
     return {"choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
 
 
-def mock_backend(handler, **kwargs) -> tuple[OpenAIBackend, list[httpx.Request]]:
-    requests = []
+@dataclass(frozen=True)
+class Received:
+    """A request as the canned server read it."""
 
-    def record(request):
-        requests.append(request)
-        return handler(request)
-
-    backend = OpenAIBackend("http://vllm:8000/v1/", "qwen3-8b", backoff_s=0.001,
-                            transport=httpx.MockTransport(record), **kwargs)
-    return backend, requests
+    url: str
+    headers: dict[str, str]  # names in lower case
+    content: bytes
 
 
-def test_openai_request_body():
+class _CannedHandler(BaseHTTPRequestHandler):
+    """Answers each POST with what the test's handler returns for it (an httpx.Response, as a value)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        content = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        received = Received(f"http://{self.headers['Host']}{self.path}",
+                            {name.lower(): value for name, value in self.headers.items()}, content)
+        self.server.received.append(received)
+        answer = self.server.handler(received)
+        self.send_response(answer.status_code)
+        for name, value in answer.headers.items():
+            if name.lower() not in ("content-length", "transfer-encoding"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    def log_message(self, format, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def mock_backend():
+    """`mock_backend(handler, **kwargs) -> (backend, received)`: an OpenAIBackend against a local HTTP server
+    whose every answer is `handler(request)`; `received` lists the requests as they came."""
+    servers = []
+
+    def start(handler, **kwargs) -> tuple[OpenAIBackend, list[Received]]:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _CannedHandler)
+        server.daemon_threads = True
+        server.handle_error = lambda request, address: None  # a client that hung up (the timeout test)
+        server.handler, server.received = handler, []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        backend = OpenAIBackend(f"http://127.0.0.1:{server.server_port}/v1/", "qwen3-8b", backoff_s=0.001, **kwargs)
+        return backend, server.received
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_openai_request_body(mock_backend):
     backend, requests = mock_backend(lambda r: httpx.Response(200, content=sse()), api_key="sk-test",
                                      extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     asyncio.run(backend.complete(USER, [], max_tokens=99, temperature=0.3))
     asyncio.run(backend.complete(USER, [PRICE_TOOL], tool_choice="required"))
     first, second = (json.loads(r.content) for r in requests)
-    assert str(requests[0].url) == "http://vllm:8000/v1/chat/completions"
+    assert requests[0].url.endswith("/v1/chat/completions") and requests[0].headers["content-type"] == "application/json"
     assert requests[0].headers["authorization"] == "Bearer sk-test"
     assert first == {"model": "qwen3-8b", "messages": USER, "max_tokens": 99, "temperature": 0.3, "stream": True,
                      "stream_options": {"include_usage": True},
@@ -232,7 +279,7 @@ def test_openai_request_body():
     assert second["tools"] == [PRICE_TOOL] and second["tool_choice"] == "required"
 
 
-def test_openai_stream_accumulates_reasoning_content_tool_calls_and_usage():
+def test_openai_stream_accumulates_reasoning_content_tool_calls_and_usage(mock_backend):
     body = sse(
         delta(role="assistant", content=""),
         delta(reasoning_content="The user wants "), delta(reasoning="a price."),
@@ -255,7 +302,7 @@ def test_openai_stream_accumulates_reasoning_content_tool_calls_and_usage():
     assert 0 < response.ttft_ms <= response.latency_ms
 
 
-def test_openai_stream_error_chunk_and_garbage_raise_backend_error():
+def test_openai_stream_error_chunk_and_garbage_raise_backend_error(mock_backend):
     for body, message in [(sse(delta(content="a"), {"error": {"message": "KV cache full"}}), "KV cache full"),
                           (b"data: {not json\n\n", "malformed stream chunk")]:
         backend, _ = mock_backend(lambda r, body=body: httpx.Response(200, content=body))
@@ -263,7 +310,7 @@ def test_openai_stream_error_chunk_and_garbage_raise_backend_error():
             asyncio.run(backend.complete(USER, []))
 
 
-def test_openai_non_streaming_json():
+def test_openai_non_streaming_json(mock_backend):
     payload = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
         "role": "assistant", "content": None, "reasoning_content": "hm",
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_price", "arguments": {"sku": "S1"}}}]}}],
@@ -277,7 +324,7 @@ def test_openai_non_streaming_json():
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_openai_retries_429_and_5xx_then_succeeds(stream):
+def test_openai_retries_429_and_5xx_then_succeeds(stream, mock_backend):
     answers = iter([httpx.Response(429, text="slow down"), httpx.Response(503, text="warming up"),
                     httpx.Response(200, content=sse(delta(content="ok"))) if stream else
                     httpx.Response(200, json={"choices": [{"message": {"content": "ok"}}]})])
@@ -286,41 +333,45 @@ def test_openai_retries_429_and_5xx_then_succeeds(stream):
     assert len(requests) == 3
 
 
-def test_openai_gives_up_after_retries_with_status_and_body():
+def test_openai_gives_up_after_retries_with_status_and_body(mock_backend):
     backend, requests = mock_backend(lambda r: httpx.Response(500, text="CUDA out of memory " * 50), retries=2)
     with pytest.raises(BackendError, match=r"HTTP 500: CUDA out of memory .*\(after 3 attempts\)") as error:
         asyncio.run(backend.complete(USER, []))
     assert len(requests) == 3 and len(str(error.value)) < 500  # an excerpt, not the whole body
 
 
-def test_openai_does_not_retry_4xx():
+def test_openai_does_not_retry_4xx(mock_backend):
     backend, requests = mock_backend(lambda r: httpx.Response(400, json={"error": {"message": "bad tool"}}))
     with pytest.raises(BackendError, match="HTTP 400: .*bad tool"):
         asyncio.run(backend.complete(USER, []))
     assert len(requests) == 1
 
 
-def test_openai_read_timeout_is_a_backend_error_and_connect_errors_are_retried():
-    def fail(request):
-        raise httpx.ConnectError("refused") if len(requests) < 3 else httpx.ReadTimeout("slow")
+def test_openai_read_timeout_is_a_backend_error_not_retried(mock_backend):
+    # (A refused connection is retried: test_openai_http.py::test_connection_refused_is_a_backend_error.)
+    def slow(request):
+        time.sleep(0.6)
+        return httpx.Response(200, content=sse(delta(content="late")))
 
-    backend, requests = mock_backend(fail, retries=5)
-    with pytest.raises(BackendError, match="ReadTimeout"):
+    backend, requests = mock_backend(slow, retries=5, timeout_s=0.2)
+    with pytest.raises(BackendError, match="Timeout") as error:
         asyncio.run(backend.complete(USER, []))
-    assert len(requests) == 3
+    assert len(requests) == 1 and "attempts" not in str(error.value)  # a read timeout is not retried
 
 
-def test_openai_client_follows_the_running_event_loop():
+def test_openai_sessions_follow_the_running_event_loop_and_close_with_it(mock_backend):
     backend, _ = mock_backend(lambda r: httpx.Response(200, content=sse(delta(content="ok"))))
+    sessions = []
+
+    async def call():
+        answer = await backend.complete(USER, [])
+        sessions.append(backend._http())
+        return answer.content
+
     for _ in range(2):  # asyncio.run per job, as a Celery task does
-        assert asyncio.run(backend.complete(USER, [])).content == "ok"
-
-    async def close():
-        await backend.complete(USER, [])
-        await backend.aclose()
-
-    asyncio.run(close())
-    assert backend._client is None
+        assert asyncio.run(call()) == "ok"
+    assert async_to_sync(call)() == "ok"  # a sync view's call: a loop of its own, closed after
+    assert len({id(session) for session in sessions}) == 3 and all(session.closed for session in sessions)
 
 
 # --- vLLM profiles and the serve_model command ------------------------------------------------------
