@@ -53,22 +53,32 @@ def _shared_session(timeout_s: float, api_key: str | None) -> aiohttp.ClientSess
         shared = sessions.get(key)
         if shared is None or shared[0].closed:
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=_ssl_context()),
+                # Idle connections kept 4 s, under the 5 s after which vLLM's server (uvicorn) closes them: a
+                # request is not sent on a connection the server is closing (a disconnect is not retried).
+                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=_ssl_context(), keepalive_timeout=4.0),
                 headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-                # As httpx's timeout was: each of connecting and every read, not the whole call.
-                timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s),
+                # As httpx's timeout was: connecting, and every read, not the whole call (the turn's deadline
+                # bounds that); waiting for a free connection (past MAX_CONNECTIONS in flight) is not connecting.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
                 # No HTTP(S)_PROXY: model servers are reached directly (aiohttp reads the proxy settings in a
                 # thread for every request, two thread hops a call, where httpx read them once).
                 trust_env=False,
             )
-            shared = sessions[key] = (session, loop.create_task(_closed_with_its_loop(session)))
+            shared = sessions[key] = (session, loop.create_task(_closed_with_its_loop(session, key)))
     return shared[0]
 
 
-async def _closed_with_its_loop(session: aiohttp.ClientSession) -> None:
+async def _closed_with_its_loop(session: aiohttp.ClientSession, key: tuple) -> None:
+    loop = asyncio.get_running_loop()
     try:
-        await asyncio.get_running_loop().create_future()  # until the loop's runner cancels what is left
+        await loop.create_future()  # until the loop's runner cancels what is left
     finally:
+        with _SHARED_LOCK:
+            sessions = _SHARED.get(loop, {})
+            if key in sessions and sessions[key][0] is session:
+                del sessions[key]
+            if not sessions:
+                _SHARED.pop(loop, None)
         await session.close()
 
 
@@ -163,14 +173,15 @@ class OpenAIBackend:
 
     def _transport_error(self, error: aiohttp.ClientError) -> Exception:
         message = f"{self.base_url}/chat/completions: {type(error).__name__}: {error}"
-        # Never connected, or a kept connection the server had closed: the request did not reach the model.
-        if isinstance(error, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError
-                      | aiohttp.ServerDisconnectedError):
+        # Never connected: the request did not reach the model. (A disconnect after sending may have: not retried.)
+        if isinstance(error, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
             return _RetryableError(message)
         return BackendError(message)
 
     def _post(self, data: bytes):
-        return self._http().post(f"{self.base_url}/chat/completions", data=data, headers=_JSON)
+        # A redirect is an answer to report, as httpx reported it (aiohttp would follow it, a POST turned GET).
+        return self._http().post(f"{self.base_url}/chat/completions", data=data, headers=_JSON,
+                                 allow_redirects=False)
 
     async def _complete_json(self, data: bytes, started: float) -> ModelResponse:
         try:
@@ -197,25 +208,17 @@ class OpenAIBackend:
 
     @staticmethod
     async def _read_stream(response: aiohttp.ClientResponse, stream: "_StreamState", started: float) -> None:
-        done = False
-        try:
-            async for received in response.content:  # lines ending in \n; splitlines also splits \r and \r\n
-                for line in received.splitlines():
-                    if done or not line.startswith(b"data:"):
-                        continue  # blank separators, `event:` and `:` keep-alive comments
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True  # still read to the end: only a stream read to its end keeps its connection
-                        continue
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError as error:
-                        excerpt = data[:_BODY_EXCERPT].decode("utf-8", "replace")
-                        raise BackendError(f"malformed stream chunk {excerpt!r}") from error
-                    if stream.add(chunk) and stream.ttft_ms is None:
-                        stream.ttft_ms = (time.perf_counter() - started) * 1000
-        except ValueError as error:  # a line longer than aiohttp's buffer
-            raise BackendError(f"unreadable stream: {error}") from error
+        # Lines split here, not by aiohttp's readline, which refuses a line over 512 KiB (a tool call's
+        # arguments may come in one delta); \n, \r\n and \r all end a line, as in SSE. Read to the end, past
+        # `[DONE]`: only a response read to its end leaves its connection for the next call.
+        carry = b""
+        async for received in response.content.iter_any():
+            lines = (carry + received).splitlines(keepends=True)
+            carry = lines.pop() if not lines[-1].endswith((b"\n", b"\r")) else b""
+            for line in lines:
+                stream.take_line(line, started)
+        if carry:  # the last line, without its line end
+            stream.take_line(carry, started)
 
 
 class _StreamState:
@@ -229,6 +232,22 @@ class _StreamState:
         self.finish_reason = "stop"
         self.ttft_ms: float | None = None
         self.meta: dict[str, Any] = {}
+        self.done = False  # `data: [DONE]` seen: what follows is ignored
+
+    def take_line(self, line: bytes, started: float) -> None:
+        """One line of the event stream: a `data:` chunk is added; blank lines, `event:` and `:` comments are not."""
+        if self.done or not line.startswith(b"data:"):
+            return
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError as error:
+            raise BackendError(f"malformed stream chunk {data[:_BODY_EXCERPT].decode('utf-8', 'replace')!r}") from error
+        if self.add(chunk) and self.ttft_ms is None:
+            self.ttft_ms = (time.perf_counter() - started) * 1000
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Take one chunk; True when it carried model output (content, reasoning or a tool call)."""

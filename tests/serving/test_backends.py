@@ -347,6 +347,29 @@ def test_openai_does_not_retry_4xx(mock_backend):
     assert len(requests) == 1
 
 
+def test_openai_stream_lines_long_or_ended_by_cr_and_a_last_line_without_its_end(mock_backend):
+    long = "x" * 600_000  # past aiohttp's 512 KiB line limit: one delta may carry a whole tool call's arguments
+    body = f"data: {json.dumps(delta(content=long))}\n\n".encode() + (
+        f"data: {json.dumps(delta(content='!'))}\r\rdata: [DONE]".encode())  # CR line ends; no end at the end
+    backend, _ = mock_backend(lambda r: httpx.Response(200, content=body))
+    assert asyncio.run(backend.complete(USER, [])).content == long + "!"
+
+
+def test_openai_redirects_and_disconnects_are_reported_not_followed_or_retried(mock_backend):
+    backend, requests = mock_backend(lambda r: httpx.Response(307, headers={"Location": "/v1/elsewhere"}), retries=2)
+    with pytest.raises(BackendError, match="answered HTTP 307"):
+        asyncio.run(backend.complete(USER, []))
+    assert len(requests) == 1
+
+    def hang_up(request):  # the request arrived whole, then the server went away: the model may have run it
+        raise ConnectionAbortedError
+
+    backend, requests = mock_backend(hang_up, retries=2)
+    with pytest.raises(BackendError, match="ServerDisconnectedError") as error:
+        asyncio.run(backend.complete(USER, []))
+    assert len(requests) == 1 and "attempts" not in str(error.value)
+
+
 def test_openai_read_timeout_is_a_backend_error_not_retried(mock_backend):
     # (A refused connection is retried: test_openai_http.py::test_connection_refused_is_a_backend_error.)
     def slow(request):
