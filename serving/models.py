@@ -87,6 +87,23 @@ class Trace(models.Model):
                    models.Index(fields=["workspace", "arm", "-created_at"])]
 
 
+class PromptPart(models.Model):
+    """A part of what traces sent to the model, stored once per workspace and referred to by its digest.
+
+    A reply's system message and tool schemas are the same for every turn of a room's harness version (the
+    prompt keeps its prefix stable for the model's cache), ≈ 16 KB of a ≈ 19 KB trace: each trace keeps
+    their SHA-256 instead (serving.traces). Parts go only with their workspace, as its traces do.
+    """
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    digest = models.CharField(max_length=64, help_text="SHA-256 of `content`, hex")
+    content = models.TextField(help_text="the part as JSON text: a message's content or the list of tool schemas")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "digest"], name="prompt_part_per_workspace")]
+
+
 class Experiment(models.Model):
     """A live A/B test of harness versions: viewers are hashed into arms with the experiment's seed."""
 

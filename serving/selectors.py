@@ -11,7 +11,8 @@ from django.http import Http404
 
 from console.models import Workspace
 from harness.models import Harness
-from serving.models import Room, Trace
+from serving.models import PromptPart, Room, Trace
+from serving.traces import joined_request, request_digests
 
 
 def rooms(workspace: Workspace) -> QuerySet[Room]:
@@ -140,3 +141,13 @@ def trace_get(workspace: Workspace, trace_id: str) -> Trace:
     if trace is None:
         raise Http404("No such trace.")
     return trace
+
+
+def trace_sent_request(trace: Trace) -> dict[str, Any] | None:
+    """What the trace's turn sent to the model, its prompt parts put back (serving.traces); None when the
+    trace kept no request or a part is missing."""
+    request = (trace.data or {}).get("request")
+    digests = request_digests(request)
+    parts = dict(PromptPart.objects.filter(workspace_id=trace.workspace_id, digest__in=digests)
+                 .values_list("digest", "content")) if digests else {}
+    return joined_request(request, parts)

@@ -7,19 +7,122 @@ queue would lose traces whose ids were already given out when the process dies. 
 if that fails, row by row, each in its own savepoint, so one bad row never
 takes the others with it. A row PostgreSQL still refuses is stored as a stub
 (its id, outcome and the storage error), so even its id resolves.
+
+What the turn sent to the model (`data["request"]`) is mostly the same for every turn of a room's harness
+version: the system message and the tool schemas, ≈ 16 KB of a ≈ 19 KB trace. They are stored once per
+workspace as prompt parts (serving.models.PromptPart) and the trace keeps their digests (`split_request`);
+the trace page puts them back (`joined_request`). Storing them in every trace cost PostgreSQL about half
+of its CPU a reply (docs/performance.md). A process remembers which parts it has stored, so a reply
+writes a part only the first time this process sees it.
 """
 
+import hashlib
 import json
 import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, transaction
 
-from serving.models import Trace
+from serving.models import PromptPart, Trace
 
 log = logging.getLogger(__name__)
+
+# Stored once, referred to by digest: a message of these roles, and the tool schemas.
+_SHARED_ROLES = frozenset({"system"})
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# The parts' encodings, by content for a message (each turn assembles an equal string anew) and by identity for
+# the tool schemas (one list per spec version, read-only): encoding and hashing them took ≈ 60 µs a turn.
+_ENCODED: OrderedDict[Any, tuple[Any, str, str]] = OrderedDict()
+_ENCODED_MAX = 128
+_encoded_lock = threading.Lock()
+
+
+def _encoded_part(value: Any) -> tuple[str, str]:
+    """(digest, JSON text) of a prompt part."""
+    key = value if isinstance(value, str) else id(value)
+    with _encoded_lock:
+        known = _ENCODED.get(key)
+        if known is not None and (isinstance(value, str) or known[0] is value):
+            _ENCODED.move_to_end(key)
+            return known[1], known[2]
+    text = json.dumps(value, default=str)
+    digest = _digest(text)
+    with _encoded_lock:
+        _ENCODED[key] = (value, digest, text)  # the value kept: its id is not reused while remembered
+        while len(_ENCODED) > _ENCODED_MAX:
+            _ENCODED.popitem(last=False)
+    return digest, text
+
+
+def split_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`data` with its request's system messages and tool schemas replaced by digests, and the parts by
+    digest (each as JSON text). Data without a request (a turn blocked before its first model call) is kept."""
+    request = data.get("request")
+    if not isinstance(request, Mapping):
+        return dict(data), {}
+    parts: dict[str, str] = {}
+
+    def part(value: Any) -> str:
+        digest, text = _encoded_part(value)
+        parts[digest] = text
+        return digest
+
+    messages = []
+    for message in request.get("messages") or ():
+        if isinstance(message, Mapping) and message.get("role") in _SHARED_ROLES and "content" in message:
+            stored = {key: value for key, value in message.items() if key != "content"}
+            stored["content_digest"] = part(message["content"])
+            message = stored
+        messages.append(message)
+    split = {key: value for key, value in request.items() if key not in ("messages", "tools")}
+    split["messages"] = messages
+    if request.get("tools"):
+        split["tools_digest"] = part(request["tools"])
+    return {**data, "request": split}, parts
+
+
+def request_digests(request: Any) -> set[str]:
+    """The digests a stored trace's request refers to."""
+    if not isinstance(request, Mapping):
+        return set()
+    found = {m["content_digest"] for m in request.get("messages") or () if isinstance(m, Mapping)
+             and isinstance(m.get("content_digest"), str)}
+    if isinstance(request.get("tools_digest"), str):
+        found.add(request["tools_digest"])
+    return found
+
+
+def joined_request(request: Any, parts: Mapping[str, str]) -> dict[str, Any] | None:
+    """A stored trace's request with its parts put back (`parts`: digest → JSON text); None when a part it
+    refers to is missing. A request stored whole (before prompt parts) comes back as it is."""
+    if not isinstance(request, Mapping):
+        return None
+    joined: dict[str, Any] = {key: value for key, value in request.items() if key not in ("messages", "tools_digest")}
+    messages = []
+    for message in request.get("messages") or ():
+        if isinstance(message, Mapping) and "content_digest" in message:
+            text = parts.get(message["content_digest"])
+            if text is None:
+                return None
+            message = {key: value for key, value in message.items() if key != "content_digest"}
+            message["content"] = json.loads(text)
+        messages.append(message)
+    joined["messages"] = messages
+    if "tools_digest" in request:
+        if request["tools_digest"] not in parts:
+            return None
+        joined["tools"] = json.loads(parts[request["tools_digest"]])
+    return joined
 
 
 def _clean(value: Any) -> Any:
@@ -34,6 +137,7 @@ def _clean(value: Any) -> Any:
 
 
 def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | None, version_id: int | None) -> Trace:
+    data, parts = split_request(data)
     text = json.dumps(data, default=str)
     if "\\u0000" in text:  # the C encoder finds a NUL (escaped so) faster than a walk
         data = _clean(data)
@@ -47,7 +151,57 @@ def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | N
         hooks_fired=data["hooks_fired"], data=data, created_at=datetime.fromtimestamp(data["started_at"], UTC),
     )
     row.data_json = text  # `data` encoded once: the lone insert sends this text (`_insert_values`)
+    row.prompt_parts = parts  # digest → JSON text, stored before the row (`_parts_store`)
     return row
+
+
+# (workspace id, digest) of the prompt parts this process stored or found stored, most recent last. Parts are
+# deleted only with their workspace, and a workspace's id is not reused, so a remembered part is there.
+_STORED_PARTS: OrderedDict[tuple[int, str], None] = OrderedDict()
+_STORED_PARTS_MAX = 4096
+_stored_parts_lock = threading.Lock()
+
+
+def _parts_missing(rows: Iterable[Trace]) -> dict[tuple[int, str], str]:
+    """The prompt parts of `rows` this process has not stored yet: (workspace id, digest) → JSON text."""
+    missing = {}
+    with _stored_parts_lock:
+        for row in rows:
+            for digest, text in getattr(row, "prompt_parts", {}).items():
+                key = (row.workspace_id, digest)
+                if key in _STORED_PARTS:
+                    _STORED_PARTS.move_to_end(key)
+                else:
+                    missing[key] = text
+    return missing
+
+
+def _parts_remember(keys: Iterable[tuple[int, str]]) -> None:
+    with _stored_parts_lock:
+        for key in keys:
+            _STORED_PARTS[key] = None
+            _STORED_PARTS.move_to_end(key)
+        while len(_STORED_PARTS) > _STORED_PARTS_MAX:
+            _STORED_PARTS.popitem(last=False)
+
+
+def _parts_store(rows: list[Trace]) -> None:
+    """Store the prompt parts `rows` refer to, in the caller's transaction (a part stored already is kept);
+    remembered once that transaction commits."""
+    missing = _parts_missing(rows)
+    if not missing:
+        return
+    PromptPart.objects.bulk_create(
+        [PromptPart(workspace_id=workspace_id, digest=digest, content=text)
+         for (workspace_id, digest), text in missing.items()], ignore_conflicts=True)
+    transaction.on_commit(lambda: _parts_remember(missing))
+
+
+@cache
+def _parts_insert_sql() -> str:
+    q = connection.ops.quote_name
+    return (f"INSERT INTO {q(PromptPart._meta.db_table)} ({q('workspace_id')}, {q('digest')}, {q('content')}, "
+            f"{q('created_at')}) VALUES (%s, %s, %s, now()) ON CONFLICT DO NOTHING")
 
 
 @cache
@@ -76,8 +230,14 @@ async def trace_store_on_loop(row: Trace) -> None:
 
     sql, fields = _insert_sql()
     values = _insert_values(row, fields, preparing_connection())
+    missing = _parts_missing([row])
     try:
         async with loop_connection() as conn:
+            if missing:  # autocommit: each part is stored (and may be remembered) before the row refers to it
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(_parts_insert_sql(), [(workspace_id, digest, text) for
+                                                                   (workspace_id, digest), text in missing.items()])
+                _parts_remember(missing)
             await conn.execute(sql, values)
         return
     except psycopg.Error:
@@ -119,9 +279,11 @@ def traces_store(rows: list[Trace]) -> int:
         if len(rows) == 1 and connection.get_autocommit():
             # One INSERT outside a transaction commits by itself: no BEGIN and COMMIT round trips. A trace id
             # already stored fails it; the row-by-row path below tells that apart from a real failure.
+            _parts_store(rows)
             _insert_one(rows[0])
             return 0
         with transaction.atomic():
+            _parts_store(rows)
             Trace.objects.bulk_create(rows, ignore_conflicts=True)
         return 0
     except DatabaseError:
@@ -132,6 +294,7 @@ def traces_store(rows: list[Trace]) -> int:
             row.pk = None
             try:
                 with transaction.atomic():
+                    _parts_store([row])
                     row.save(force_insert=True)
             except IntegrityError:
                 if not Trace.objects.filter(trace_id=row.trace_id).exists():  # a real constraint, not a re-insert

@@ -151,4 +151,7 @@ def trace_list(request):
 @workspace_view()
 def trace_detail(request, trace_id: str):
     trace = selectors.trace_get(request.workspace, trace_id)
-    return render(request, "serving/trace.html", {"trace": trace, "data": trace.data})
+    data = trace.data if isinstance(trace.data, dict) else {}
+    sent = selectors.trace_sent_request(trace)
+    return render(request, "serving/trace.html", {"trace": trace, "data": {**data, "request": sent} if sent else data,
+                                                  "sent": sent, "sent_lost": bool(data.get("request")) and not sent})

@@ -14,6 +14,7 @@ from harness import services as harness_services
 from serving.experiments.selectors import experiment_snapshot
 from serving.experiments.services import experiment_create, experiment_start, experiment_stop
 from serving.models import Experiment, Trace
+from serving.selectors import trace_sent_request
 from tests.serving.test_reply_api import LOAD_AND_LOOK
 
 pytestmark = pytest.mark.django_db
@@ -97,7 +98,7 @@ def test_the_trace_page_shows_the_exact_prompt_and_tool_schemas(operator, settin
     settings.SCRIPTED_STEPS = [LOAD_AND_LOOK, "It is $71.2 now."]
     send(operator, "price of the sweater?")
     trace = Trace.objects.get()
-    sent = trace.data["request"]
+    sent = trace_sent_request(trace)
     assert [m["role"] for m in sent["messages"]] == ["system", "user"]
     assert "price of the sweater?" in sent["messages"][1]["content"]
     assert "get_product_info_by_link_id" in {t["function"]["name"] for t in sent["tools"]}

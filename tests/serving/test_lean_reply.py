@@ -204,10 +204,13 @@ def test_a_moved_label_is_seen_by_the_next_reply(platform, harness, demo_files):
 def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, harness, workspace):
     """A trace id stored already: the lone insert on the loop fails and the row-by-row path keeps one row."""
     from serving.loop_db import close_loop_pool
+    from serving.selectors import trace_sent_request
     from serving.traces import trace_row, trace_store_on_loop
 
     answer = asgi([(REPLY, HELLO, bearer(platform))] * 2)[1]
     stored = Trace.objects.get(trace_id=answer["json"]["trace_id"])
+    sent = trace_sent_request(stored)  # the loop stored the prompt's parts before the trace referring to them
+    assert sent["messages"][0]["role"] == "system" and sent["messages"][0]["content"] and sent["tools"]
     row = trace_row(workspace_id=workspace.pk, data=stored.data, source=Trace.Source.API, harness_id=harness.pk,
                     version_id=stored.harness_version_id)
 

@@ -1,4 +1,5 @@
-"""Trace storage: one bad row never drops the others, and its id still resolves (as a stub)."""
+"""Trace storage: one bad row never drops the others, and its id still resolves (as a stub); what a turn sent
+to the model is stored once per workspace and put back on the trace page."""
 
 import time
 import uuid
@@ -6,8 +7,9 @@ import uuid
 import pytest
 from django.db import transaction
 
-from serving.models import Trace
-from serving.traces import trace_row, traces_store
+from serving.models import PromptPart, Trace
+from serving.selectors import trace_sent_request
+from serving.traces import joined_request, split_request, trace_row, traces_store
 
 pytestmark = pytest.mark.django_db
 
@@ -103,3 +105,63 @@ def test_a_new_trace_is_compressed_with_lz4_where_postgresql_has_it(workspace):
         cursor.execute("SELECT pg_column_compression(data) FROM serving_trace WHERE trace_id = %s", [data["trace_id"]])
         assert cursor.fetchone()[0] == "lz4"
     assert Trace.objects.get(trace_id=data["trace_id"]).data["steps"] == data["steps"]
+
+
+SYSTEM = "You are Mia.\n\n# Catalogue\nL001 · Merino Crew-Neck Sweater · $89"
+TOOLS = [{"type": "function", "function": {"name": "get_product_info_by_link_id", "description": "A product.",
+                                           "parameters": {"type": "object", "properties": {"link_id": {"type": "string"}}}}}]
+
+
+def sent(message="how much is L001?", system=SYSTEM, tools=TOOLS):
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": message}], "tools": tools}
+
+
+def test_a_request_split_into_prompt_parts_joins_back_as_it_was():
+    data = trace_data(request=sent())
+    split, parts = split_request(data)
+    assert split["request"]["messages"][0] == {"role": "system", "content_digest": split["request"]["messages"][0]
+                                               ["content_digest"]}
+    assert split["request"]["messages"][1] == {"role": "user", "content": "how much is L001?"}  # the turn's own
+    assert "tools" not in split["request"] and len(parts) == 2 and SYSTEM not in str(split)
+    assert joined_request(split["request"], parts) == data["request"]
+    assert split_request(split) == (split, {})  # split already: nothing more to store
+    assert {k: v for k, v in split.items() if k != "request"} == {k: v for k, v in data.items() if k != "request"}
+
+    plain = trace_data()
+    assert split_request(plain) == (plain, {})  # no request (a turn blocked before the model): kept as it is
+    assert joined_request(data["request"], {}) == data["request"]  # stored whole, before prompt parts
+    assert joined_request(split["request"], dict(list(parts.items())[:1])) is None  # a part missing
+    assert joined_request(None, parts) is None
+    no_tools, only_system = split_request(trace_data(request=sent(tools=[])))
+    assert len(only_system) == 1 and no_tools["request"]["messages"][0]["content_digest"] in only_system
+
+
+def test_a_rooms_system_message_and_tools_are_stored_once_per_workspace(workspace):
+    from console.models import Workspace
+
+    first, second = trace_data(request=sent()), trace_data(request=sent("and L002?"))
+    traces_store([row(workspace, first)])
+    traces_store([row(workspace, second)])
+    assert PromptPart.objects.filter(workspace=workspace).count() == 2  # the system message and the tools, once
+    for data in (first, second):
+        stored = Trace.objects.get(trace_id=data["trace_id"])
+        assert SYSTEM not in str(stored.data) and trace_sent_request(stored) == data["request"]
+    other = Workspace.objects.create(slug="other", name="Other")
+    traces_store([row(other, trace_data(request=sent()))])
+    assert PromptPart.objects.filter(workspace=other).count() == 2  # a workspace's parts are its own
+    changed = trace_data(request=sent(system=SYSTEM + "\nL002 · Jeans · $40"))
+    traces_store([row(workspace, changed)])
+    assert PromptPart.objects.filter(workspace=workspace).count() == 3
+    assert trace_sent_request(Trace.objects.get(trace_id=changed["trace_id"])) == changed["request"]
+
+
+def test_the_trace_page_shows_the_prompt_from_its_parts_and_says_when_they_are_gone(client, members, workspace):
+    data = trace_data(request=sent())
+    traces_store([row(workspace, data)])
+    client.force_login(members["viewer"])
+    html = client.get(f"/w/acme/traces/{data['trace_id']}/").content.decode()
+    assert "Merino Crew-Neck Sweater" in html and 'id="sent-tools"' in html and 'id="no-request"' not in html
+    PromptPart.objects.filter(workspace=workspace).delete()
+    response = client.get(f"/w/acme/traces/{data['trace_id']}/")
+    html = response.content.decode()
+    assert response.status_code == 200 and "are no longer stored" in html and 'id="sent-tools"' not in html
