@@ -201,6 +201,21 @@ def test_a_moved_label_is_seen_by_the_next_reply(platform, harness, demo_files):
     assert [a["django"] for a in answers] == [True, False, False]  # the label is read again once, then remembered
 
 
+def test_a_changed_room_is_read_again_by_the_next_reply_on_the_loop(platform, harness, workspace):
+    """The loop keeps a room's context and asks PostgreSQL for it only when the room's row changed."""
+    def price_seen(answer):
+        trace = Trace.objects.get(trace_id=answer["json"]["trace_id"])
+        return [s["result"]["price"] for s in trace.data["steps"] if s.get("name") == "get_product_info_by_link_id"]
+
+    before = asgi([(REPLY, HELLO, bearer(platform))] * 3)
+    assert [a["django"] for a in before] == [True, False, False] and price_seen(before[2]) == [89.0]
+    room_upsert(workspace=workspace, harness=harness,
+                context={**ROOM, "products": [{**ROOM["products"][0], "price": 79.0}]})
+    after = asgi([(REPLY, HELLO, bearer(platform))] * 2)
+    assert [a["django"] for a in after] == [False, False]  # still on the loop: its route is remembered
+    assert price_seen(after[0]) == price_seen(after[1]) == [79.0]
+
+
 def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, harness, workspace):
     """A trace id stored already: the lone insert on the loop fails and the row-by-row path keeps one row."""
     from serving.loop_db import close_loop_pool
