@@ -164,7 +164,7 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
         backend = backend_for(None, workspace=workspace)
         context = payload.room if payload.room is not None else room.context
         turn = TurnInput(message=payload.message, viewer_id=payload.viewer_id,
-                         room=RoomContext.from_dict({**context, "room_id": room_id}),
+                         room=RoomContext.shared(context, room_id),
                          recent_dialogue=tuple((t.role, t.text) for t in payload.recent_dialogue))
     except Exception:  # noqa: BLE001 (Django's route answers, or reports, the same failure)
         raise _HandOver(admission) from None

@@ -246,7 +246,7 @@ def room_reply(
             spec = react_baseline_spec(spec)
     # A backend named in the request wins; else the experiment arm's model; else the deployment's default.
     backend = backend_for(backend_name or (selection.backend if selection else "") or None, workspace=workspace)
-    turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.from_dict({**context, "room_id": room_id}),
+    turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.shared(context, room_id),
                      recent_dialogue=tuple(recent_dialogue or ()))
     arm = selection.arm if selection else "draft"
     result = async_to_sync(answer_turn)(spec, turn, backend, arm, tool_registry_for(workspace))

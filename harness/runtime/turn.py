@@ -36,8 +36,27 @@ class RoomContext:
             facts=tuple(str(f) for f in data.get("facts") or ()),
         )
 
+    @classmethod
+    def shared(cls, context: Mapping[str, Any], room_id: str) -> RoomContext:
+        """`from_dict({**context, "room_id": room_id})`, one object per context object and room id while it is
+        remembered: a stored room's context is decoded once and shared (serving.selectors), and a turn's
+        room-tier prompt values (the catalogue) are remembered by their RoomContext (runtime.messages)."""
+        key = (id(context), room_id)
+        known = _SHARED_ROOMS.get(key)
+        if known is not None and known[0] is context:
+            return known[1]
+        room = cls.from_dict({**context, "room_id": room_id})
+        if len(_SHARED_ROOMS) >= _SHARED_ROOMS_MAX:
+            _SHARED_ROOMS.clear()
+        _SHARED_ROOMS[key] = (context, room)  # the context kept: its id is not reused while remembered
+        return room
+
     def product(self, link_id: str) -> Mapping[str, Any] | None:
         return next((p for p in self.products if p.get("link_id") == link_id), None)
+
+
+_SHARED_ROOMS_MAX = 256
+_SHARED_ROOMS: dict[tuple[int, str], tuple[Mapping[str, Any], RoomContext]] = {}
 
 
 @dataclass(frozen=True)

@@ -671,3 +671,19 @@ def test_inline_demo_builtins_answer_without_a_worker_thread():
     outcome = asyncio.run(ToolRegistry().execute(tool("probe", target="test.inline_probe"), {"link_id": "L001"},
                                                  ToolContext(room=ROOM, viewer_id="v1")))
     assert outcome.result == {"ok": True} and seen == [True]
+
+
+def test_a_shared_room_context_is_one_object_per_context_and_room_and_its_catalogue_follows_it(demo_files):
+    from harness.runtime.messages import assemble_messages
+    from harness.spec import parse_files
+
+    context = {"title": "Demo", "currency": "$", "products": [{"link_id": "L001", "name": "Sweater", "price": 89.0}]}
+    room = RoomContext.shared(context, "r1")
+    assert room == RoomContext.from_dict({**context, "room_id": "r1"})
+    assert RoomContext.shared(context, "r1") is room and RoomContext.shared(context, "r2").room_id == "r2"
+    changed = {**context, "products": [{"link_id": "L001", "name": "Sweater", "price": 79.0}]}
+    assert RoomContext.shared(changed, "r1") is not room  # another context object: another room
+    spec = parse_files(demo_files)
+    for context_, price in ((context, "$89.0"), (changed, "$79.0"), (context, "$89.0")):
+        system = assemble_messages(spec, TurnInput("hi", "v1", RoomContext.shared(context_, "r1")))[0]["content"]
+        assert f"L001 · Sweater ·  · {price}" in system

@@ -203,6 +203,8 @@ def test_a_moved_label_is_seen_by_the_next_reply(platform, harness, demo_files):
 
 def test_a_changed_room_is_read_again_by_the_next_reply_on_the_loop(platform, harness, workspace):
     """The loop keeps a room's context and asks PostgreSQL for it only when the room's row changed."""
+    from serving.selectors import trace_sent_request
+
     def price_seen(answer):
         trace = Trace.objects.get(trace_id=answer["json"]["trace_id"])
         return [s["result"]["price"] for s in trace.data["steps"] if s.get("name") == "get_product_info_by_link_id"]
@@ -214,6 +216,8 @@ def test_a_changed_room_is_read_again_by_the_next_reply_on_the_loop(platform, ha
     after = asgi([(REPLY, HELLO, bearer(platform))] * 2)
     assert [a["django"] for a in after] == [False, False]  # still on the loop: its route is remembered
     assert price_seen(after[0]) == price_seen(after[1]) == [79.0]
+    catalogue = trace_sent_request(Trace.objects.get(trace_id=after[1]["json"]["trace_id"]))["messages"][0]["content"]
+    assert "$79.0" in catalogue and "$89.0" not in catalogue  # the prompt's catalogue is the new one too
 
 
 def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, harness, workspace):
