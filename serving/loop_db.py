@@ -51,7 +51,10 @@ async def _configured(conn) -> None:
 async def _opened_pool():
     from psycopg_pool import AsyncConnectionPool
 
-    pool = AsyncConnectionPool(kwargs={**_params(), "autocommit": True}, min_size=1, max_size=POOL_SIZE,
+    # Opened at its full size (in the background: the first request waits for the first connection). Grown on
+    # demand instead, one connection at a time, a fresh server's first burst at 32 waited for six connections in
+    # turn: its p99 was 130-184 ms against 82-112 ms opened full (docs/performance.md).
+    pool = AsyncConnectionPool(kwargs={**_params(), "autocommit": True}, min_size=POOL_SIZE, max_size=POOL_SIZE,
                                open=False, name="harnessops-loop", configure=_configured)
     await pool.open()
     return pool
