@@ -162,9 +162,10 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
         spec = react_baseline_spec(spec)
     try:
         backend = backend_for(None, workspace=workspace)
-        context = payload.room if payload.room is not None else room.context
+        # A stored room's context is shared by its turns; one sent with the request is this turn's alone.
         turn = TurnInput(message=payload.message, viewer_id=payload.viewer_id,
-                         room=RoomContext.shared(context, room_id),
+                         room=RoomContext.shared(room.context, room_id) if payload.room is None
+                         else RoomContext.from_dict({**payload.room, "room_id": room_id}),
                          recent_dialogue=tuple((t.role, t.text) for t in payload.recent_dialogue))
     except Exception:  # noqa: BLE001 (Django's route answers, or reports, the same failure)
         raise _HandOver(admission) from None

@@ -52,12 +52,13 @@ def room_route(workspace_id: int, room_id: str) -> RoomRoute | None:
 @cache
 def _room_route_on_loop_sql() -> str:
     """`_room_route_sql` that sends the context only when the room's row changed since the version the caller
-    holds: `xmin`, the transaction that wrote the row version (every update writes a new one)."""
+    holds: `xmin` (the transaction that wrote the row version; every update writes a new one) and `ctid` (where)."""
     context = f"r.{connection.ops.quote_name(Room._meta.get_field('context').column)}"
     sql = _room_route_sql()
     assert sql.startswith(f"SELECT {context}, ")
-    return sql.replace(f"SELECT {context}, ", f"SELECT CASE WHEN r.xmin::text = %s THEN NULL ELSE {context} END, "
-                                              f"r.xmin::text, ", 1)
+    version = "r.xmin::text || ':' || r.ctid::text"  # ctid too: an xmin seen again after wraparound is not enough
+    return sql.replace(f"SELECT {context}, ", f"SELECT CASE WHEN {version} = %s THEN NULL ELSE {context} END, "
+                                              f"{version}, ", 1)
 
 
 # The rooms this process read on the loop: (workspace id, room id) → (row version, context). A room's context
@@ -177,7 +178,7 @@ def trace_get(workspace: Workspace, trace_id: str) -> Trace:
 def trace_sent_request(trace: Trace) -> dict[str, Any] | None:
     """What the trace's turn sent to the model, its prompt parts put back (serving.traces); None when the
     trace kept no request or a part is missing."""
-    request = (trace.data or {}).get("request")
+    request = trace.data.get("request") if isinstance(trace.data, dict) else None
     digests = request_digests(request)
     parts = dict(PromptPart.objects.filter(workspace_id=trace.workspace_id, digest__in=digests)
                  .values_list("digest", "content")) if digests else {}

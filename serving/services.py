@@ -246,7 +246,9 @@ def room_reply(
             spec = react_baseline_spec(spec)
     # A backend named in the request wins; else the experiment arm's model; else the deployment's default.
     backend = backend_for(backend_name or (selection.backend if selection else "") or None, workspace=workspace)
-    turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.shared(context, room_id),
+    # A stored room's context is shared by its turns; one sent with the request is this turn's alone.
+    turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.shared(context, room_id)
+                     if room_context is None else RoomContext.from_dict({**context, "room_id": room_id}),
                      recent_dialogue=tuple(recent_dialogue or ()))
     arm = selection.arm if selection else "draft"
     result = async_to_sync(answer_turn)(spec, turn, backend, arm, tool_registry_for(workspace))

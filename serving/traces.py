@@ -44,19 +44,23 @@ def _digest(text: str) -> str:
 # the tool schemas (one list per spec version, read-only): encoding and hashing them took ≈ 60 µs a turn.
 _ENCODED: OrderedDict[Any, tuple[Any, str, str]] = OrderedDict()
 _ENCODED_MAX = 128
+_ENCODED_MAX_CHARS = 64 * 1024
 _encoded_lock = threading.Lock()
 
 
 def _encoded_part(value: Any) -> tuple[str, str]:
-    """(digest, JSON text) of a prompt part."""
+    """(digest, JSON text) of a prompt part; the text is UTF-8 (a part is text, not jsonb: escaping `·` or `¥`
+    would only make it longer)."""
     key = value if isinstance(value, str) else id(value)
     with _encoded_lock:
         known = _ENCODED.get(key)
         if known is not None and (isinstance(value, str) or known[0] is value):
             _ENCODED.move_to_end(key)
             return known[1], known[2]
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str, ensure_ascii=False)
     digest = _digest(text)
+    if isinstance(value, str) and len(value) > _ENCODED_MAX_CHARS:  # kept only while this trace is
+        return digest, text
     with _encoded_lock:
         _ENCODED[key] = (value, digest, text)  # the value kept: its id is not reused while remembered
         while len(_ENCODED) > _ENCODED_MAX:
@@ -86,7 +90,7 @@ def split_request(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
         messages.append(message)
     split = {key: value for key, value in request.items() if key not in ("messages", "tools")}
     split["messages"] = messages
-    if request.get("tools"):
+    if "tools" in request:
         split["tools_digest"] = part(request["tools"])
     return {**data, "request": split}, parts
 
@@ -191,9 +195,9 @@ def _parts_store(rows: list[Trace]) -> None:
     missing = _parts_missing(rows)
     if not missing:
         return
-    PromptPart.objects.bulk_create(
+    PromptPart.objects.bulk_create(  # in key order: two writers of the same new parts never wait on each other
         [PromptPart(workspace_id=workspace_id, digest=digest, content=text)
-         for (workspace_id, digest), text in missing.items()], ignore_conflicts=True)
+         for (workspace_id, digest), text in sorted(missing.items())], ignore_conflicts=True)
     transaction.on_commit(lambda: _parts_remember(missing))
 
 
@@ -236,7 +240,7 @@ async def trace_store_on_loop(row: Trace) -> None:
             if missing:  # autocommit: each part is stored (and may be remembered) before the row refers to it
                 async with conn.cursor() as cursor:
                     await cursor.executemany(_parts_insert_sql(), [(workspace_id, digest, text) for
-                                                                   (workspace_id, digest), text in missing.items()])
+                                                                   (workspace_id, digest), text in sorted(missing.items())])
                 _parts_remember(missing)
             await conn.execute(sql, values)
         return

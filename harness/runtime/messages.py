@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from harness.runtime.turn import RoomContext, TurnInput
+from harness.runtime.turn import TurnInput
 from harness.spec import HarnessSpec
 from harness.spec.prompt import BLOCK_SEPARATOR, skills_catalogue, tools_catalogue
 from harness.spec.template import Slot, fill, merge_parts, split_template
@@ -28,25 +28,19 @@ def strip_reasoning(text: str) -> str:
     return _THINK.sub("", text or "").strip()
 
 
-# A room's catalogue lines by its RoomContext (identity; the room kept so its id is not reused): a stored room's
-# turns share one (RoomContext.shared), and 28 products took ≈ 12 µs to format, 6 % of a turn's overhead.
-_CATALOGUES_MAX = 256
-_catalogues: dict[int, tuple[RoomContext, str]] = {}
-
-
 def _catalogue(turn: TurnInput, now: datetime | None) -> str:
-    room = turn.room
-    known = _catalogues.get(id(room))
-    if known is not None and known[0] is room:
-        return known[1]
-    currency = room.currency or ""
+    # Remembered by a shared room (RoomContext.shared: a stored room's turns): 28 products took ≈ 12 µs to
+    # format, 6 % of a turn's overhead.
+    remembered = turn.room.remembered
+    if remembered is not None and "room_catalogue" in remembered:
+        return remembered["room_catalogue"]
+    currency = turn.room.currency or ""
     text = "\n".join(
         f"- {p.get('link_id')} · {p.get('name')} · {p.get('category', '')} · {currency}{p.get('price')}"
-        for p in room.products
+        for p in turn.room.products
     ) or "(no products listed)"
-    if len(_catalogues) >= _CATALOGUES_MAX:
-        _catalogues.clear()
-    _catalogues[id(room)] = (room, text)
+    if remembered is not None:
+        remembered["room_catalogue"] = text
     return text
 
 

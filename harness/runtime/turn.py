@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -21,6 +21,8 @@ class RoomContext:
     currency: str = ""
     # Statements the operator vouches for ("free shipping over 50"): numbers in them ground a reply.
     facts: tuple[str, ...] = ()
+    # Room-tier prompt values its turns reuse (runtime.messages); None where the room is one turn's alone.
+    remembered: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RoomContext:
@@ -45,7 +47,7 @@ class RoomContext:
         known = _SHARED_ROOMS.get(key)
         if known is not None and known[0] is context:
             return known[1]
-        room = cls.from_dict({**context, "room_id": room_id})
+        room = replace(cls.from_dict({**context, "room_id": room_id}), remembered={})
         if len(_SHARED_ROOMS) >= _SHARED_ROOMS_MAX:
             _SHARED_ROOMS.clear()
         _SHARED_ROOMS[key] = (context, room)  # the context kept: its id is not reused while remembered

@@ -680,6 +680,7 @@ def test_a_shared_room_context_is_one_object_per_context_and_room_and_its_catalo
     context = {"title": "Demo", "currency": "$", "products": [{"link_id": "L001", "name": "Sweater", "price": 89.0}]}
     room = RoomContext.shared(context, "r1")
     assert room == RoomContext.from_dict({**context, "room_id": "r1"})
+    assert room.remembered == {} and RoomContext.from_dict(context).remembered is None  # one turn's room: nothing kept
     assert RoomContext.shared(context, "r1") is room and RoomContext.shared(context, "r2").room_id == "r2"
     changed = {**context, "products": [{"link_id": "L001", "name": "Sweater", "price": 79.0}]}
     assert RoomContext.shared(changed, "r1") is not room  # another context object: another room
@@ -687,3 +688,4 @@ def test_a_shared_room_context_is_one_object_per_context_and_room_and_its_catalo
     for context_, price in ((context, "$89.0"), (changed, "$79.0"), (context, "$89.0")):
         system = assemble_messages(spec, TurnInput("hi", "v1", RoomContext.shared(context_, "r1")))[0]["content"]
         assert f"L001 · Sweater ·  · {price}" in system
+    assert "$89.0" in room.remembered["room_catalogue"]

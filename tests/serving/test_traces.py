@@ -132,8 +132,10 @@ def test_a_request_split_into_prompt_parts_joins_back_as_it_was():
     assert joined_request(data["request"], {}) == data["request"]  # stored whole, before prompt parts
     assert joined_request(split["request"], dict(list(parts.items())[:1])) is None  # a part missing
     assert joined_request(None, parts) is None
-    no_tools, only_system = split_request(trace_data(request=sent(tools=[])))
-    assert len(only_system) == 1 and no_tools["request"]["messages"][0]["content_digest"] in only_system
+    no_tools, parts = split_request(trace_data(request=sent(tools=[])))
+    assert joined_request(no_tools["request"], parts) == sent(tools=[])  # an empty tool list comes back empty
+    unicode, parts = split_request(trace_data(request=sent(system="L001 · ¥89 \x00")))
+    assert joined_request(unicode["request"], parts)["messages"][0]["content"] == "L001 · ¥89 \x00"
 
 
 def test_a_rooms_system_message_and_tools_are_stored_once_per_workspace(workspace):
@@ -165,3 +167,28 @@ def test_the_trace_page_shows_the_prompt_from_its_parts_and_says_when_they_are_g
     response = client.get(f"/w/acme/traces/{data['trace_id']}/")
     html = response.content.decode()
     assert response.status_code == 200 and "are no longer stored" in html and 'id="sent-tools"' not in html
+
+
+@pytest.mark.django_db(transaction=True)  # commits for real: what a process remembers follows them
+def test_a_part_is_written_once_committed_and_again_after_its_transaction_rolled_back(workspace):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    traces_store([row(workspace, trace_data(request=sent()))])
+    with CaptureQueriesContext(connection) as queries:
+        later = trace_data(request=sent("and L002?"))
+        traces_store([row(workspace, later)])
+    assert [q["sql"].split()[2] for q in queries] == ['"serving_trace"']  # its parts remembered: the trace alone
+    assert trace_sent_request(Trace.objects.get(trace_id=later["trace_id"])) == later["request"]
+
+    changed = sent(system="You are Mia, now on sale.")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        traces_store([row(workspace, trace_data(request=changed))])
+        raise RuntimeError("the caller's unit of work fails after the trace")
+    assert PromptPart.objects.filter(workspace=workspace).count() == 2  # the new system message went with it
+    batch = [row(workspace, trace_data(f"m{i}", request=changed)) for i in range(3)]
+    batch[1].outcome = "x" * 40  # too long: the batch is stored row by row, each row with its parts
+    assert traces_store(batch) == 1
+    for good in (batch[0], batch[2]):
+        assert trace_sent_request(Trace.objects.get(trace_id=good.trace_id)) == changed
+    assert PromptPart.objects.filter(workspace=workspace).count() == 3
