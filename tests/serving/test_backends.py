@@ -434,3 +434,73 @@ def test_serve_model_prints_or_explains_the_gpu_extra(capsys, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(CommandError, match=r"GPU-only extra: pip install 'harnessops\[gpu\]'"):
         call_command("serve_model", "--profile", "qwen3-8b")
+
+
+def test_openai_a_call_cancelled_mid_stream_drops_its_connection_and_the_next_call_gets_its_own():
+    """A turn cancelled (its deadline, a client gone) while the model's answer streams: the half-read connection
+    is closed, not handed to the next call, which gets its own answer whole."""
+    import socket
+
+    first_chunk_sent, finish, first_closed = threading.Event(), threading.Event(), threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        for number in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(65536)
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += conn.recv(65536)
+                chunks = [f"data: {json.dumps(delta(content=text))}\n\n".encode() for text in
+                          (["Half ", "an answer"] if number == 0 else ["The whole ", "answer"])]
+                chunks.append(b"data: [DONE]\n\n")
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+
+                def send(chunk: bytes, conn=conn) -> None:
+                    conn.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+
+                send(chunks[0])
+                if number == 0:
+                    first_chunk_sent.set()
+                    finish.wait(5)
+                    conn.settimeout(5)
+                    try:
+                        hung_up = conn.recv(1) == b""  # not a second request on the half-read connection
+                    except OSError:
+                        hung_up = True
+                    if hung_up:
+                        first_closed.set()
+                    continue
+                for chunk in chunks[1:]:
+                    send(chunk)
+                conn.sendall(b"0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    backend = OpenAIBackend(f"http://127.0.0.1:{listener.getsockname()[1]}/v1/", "qwen3-8b", retries=0)
+
+    async def cancel_then_call():
+        from serving.backends.openai import close_shared_clients
+
+        try:
+            streaming = asyncio.create_task(backend.complete(USER, []))
+            while not first_chunk_sent.is_set():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # the first chunk read, the rest still to come
+            streaming.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await streaming
+            finish.set()
+            return (await backend.complete(USER, [])).content
+        finally:
+            await close_shared_clients()
+
+    try:
+        assert asyncio.run(cancel_then_call()) == "The whole answer"
+        assert first_closed.wait(5)  # the cancelled call's connection was closed, not kept half-read
+    finally:
+        listener.close()
