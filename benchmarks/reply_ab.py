@@ -5,7 +5,7 @@
 
 The shared machine's speed drifts by up to 3× within minutes, so two benchmark runs one after the other compare
 the hosts as much as the code. Here each checkout gets its own fresh database (`<DATABASE_URL's>_ab0`, `_ab1`,
-migrated and seeded with the demo by its own code), Redis database and uvicorn process (one worker, scripted
+migrated and seeded with the demo by its own code), Redis database and uvicorn (`--workers` processes, scripted
 model), both started at once and warmed; then blocks of `--requests` replies at `--concurrency` go to one and the
 other in turn (the order swapped every round). Each block prints req/s, p50/p99 and the CPU a reply of the server
 and of PostgreSQL; the medians over the rounds close.
@@ -31,7 +31,7 @@ STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "product-q
          "The Merino Crew-Neck Sweater is $71.2 right now, down from $89."]
 
 
-def _started(index: int, root: Path) -> tuple[int, str, object]:
+def _started(index: int, root: Path, workers: int) -> tuple[int, str, object]:
     """(port, API key, server) of `root`'s code on its own database."""
     redis_base, _, _db = os.environ["REDIS_URL"].rpartition("/")
     env = {**os.environ, "HARNESSOPS_VAR_DIR": tempfile.mkdtemp(prefix="harnessops-ab-"),
@@ -51,7 +51,7 @@ def _started(index: int, root: Path) -> tuple[int, str, object]:
                                             "print(api_key_create(actor=Actor.system('bench'), workspace="
                                             "Workspace.objects.get(slug='demo'), name='bench', scopes=['read'])[1])"))
     port = 18300 + index
-    return port, token, asgi.start("uvicorn", port, workers=1, env=env, cwd=root)
+    return port, token, asgi.start("uvicorn", port, workers=workers, env=env, cwd=root)
 
 
 def _load(port: int, token: str, server, concurrency: int, count: int, first_viewer: int):
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn processes each")
     args = parser.parse_args()
     if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
         raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
@@ -76,9 +77,11 @@ def main() -> None:
     started = []
     try:
         for index, root in enumerate(roots):
-            started.append((root, *_started(index, root)))
+            started.append((root, *_started(index, root, args.workers)))
         for _root, port, token, server in started:  # warm: the loop's pools, the harness, CEL, the first burst
-            _load(port, token, server, 2, 100, 0)
+            if not asgi.warm_every_worker(server.pid, args.workers, lambda s=server, p=port, t=token:
+                                          _load(p, t, s, 2 * args.workers, 50, 0)):
+                print(f"  (warm-up: not every worker of {_root} served a request)")
             _load(port, token, server, args.concurrency, 300, 100)
         figures = {root: [] for root in roots}
         for round_ in range(args.rounds):
