@@ -28,7 +28,7 @@ from django.http.request import split_domain_port, validate_host
 from console.access import READ, Actor, capabilities
 from harness import selectors as harness_selectors
 from harness.routing import NotRemembered, from_memory, tokens_read
-from harness.runtime import RoomContext, TurnInput, react_baseline_spec
+from harness.runtime import TurnInput, react_baseline_spec
 from serving import loop_db
 from serving.admission import HANDED_OVER_ADMISSION, Admission, reply_admit_async
 from serving.api import reply_out
@@ -38,7 +38,14 @@ from serving.models import Trace
 from serving.schemas import ReplyIn, ReplyOut
 from serving.selection import select_version
 from serving.selectors import room_route_on_loop
-from serving.services import KEY_PREFIX, answer_turn, api_key_checked, api_key_from_memory, tool_registry_for
+from serving.services import (
+    KEY_PREFIX,
+    answer_turn,
+    api_key_checked,
+    api_key_from_memory,
+    tool_registry_for,
+    turn_room,
+)
 from serving.traces import trace_row, trace_store_on_loop
 
 # The loop's own PostgreSQL pool or Redis client failing (unreachable, a pool timeout): before the admission
@@ -162,10 +169,9 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
         spec = react_baseline_spec(spec)
     try:
         backend = backend_for(None, workspace=workspace)
-        # A stored room's context is shared by its turns; one sent with the request is this turn's alone.
         turn = TurnInput(message=payload.message, viewer_id=payload.viewer_id,
-                         room=RoomContext.shared(room.context, room_id) if payload.room is None
-                         else RoomContext.from_dict({**payload.room, "room_id": room_id}),
+                         room=turn_room(room_id, stored=payload.room is None,
+                                        context=room.context if payload.room is None else payload.room),
                          recent_dialogue=tuple((t.role, t.text) for t in payload.recent_dialogue))
     except Exception:  # noqa: BLE001 (Django's route answers, or reports, the same failure)
         raise _HandOver(admission) from None

@@ -5,7 +5,9 @@ import hashlib
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.cache import cache
@@ -181,6 +183,14 @@ def tool_registry_for(workspace: Workspace) -> ToolRegistry:
     return ToolRegistry(http_policy=HttpPolicy(allowed_hosts=tuple(workspace.tool_hosts or ())))
 
 
+def turn_room(room_id: str, *, stored: bool, context: Mapping[str, Any]) -> RoomContext:
+    """The room of a turn: a stored room's context is shared by its turns (RoomContext.shared keeps its
+    catalogue lines), one sent with the request is this turn's alone."""
+    if stored:
+        return RoomContext.shared(context, room_id)
+    return RoomContext.from_dict({**context, "room_id": room_id})
+
+
 async def answer_turn(spec, turn, backend, arm: str, tools: ToolRegistry) -> TurnResult:
     """One turn through the agent loop, closing the backend's client after it."""
     try:
@@ -246,9 +256,8 @@ def room_reply(
             spec = react_baseline_spec(spec)
     # A backend named in the request wins; else the experiment arm's model; else the deployment's default.
     backend = backend_for(backend_name or (selection.backend if selection else "") or None, workspace=workspace)
-    # A stored room's context is shared by its turns; one sent with the request is this turn's alone.
-    turn = TurnInput(message=message, viewer_id=viewer_id, room=RoomContext.shared(context, room_id)
-                     if room_context is None else RoomContext.from_dict({**context, "room_id": room_id}),
+    turn = TurnInput(message=message, viewer_id=viewer_id, room=turn_room(room_id, stored=room_context is None,
+                                                                          context=context),
                      recent_dialogue=tuple(recent_dialogue or ()))
     arm = selection.arm if selection else "draft"
     result = async_to_sync(answer_turn)(spec, turn, backend, arm, tool_registry_for(workspace))

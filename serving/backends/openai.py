@@ -8,10 +8,14 @@ thinking in `delta.reasoning` (older releases: `reasoning_content`) and its tool
 
 import asyncio
 import functools
+import ipaddress
 import json
+import os
 import threading
 import time
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -60,8 +64,8 @@ def _shared_session(timeout_s: float, api_key: str | None) -> aiohttp.ClientSess
                 # As httpx's timeout was: connecting, and every read, not the whole call (the turn's deadline
                 # bounds that); waiting for a free connection (past MAX_CONNECTIONS in flight) is not connecting.
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
-                # No HTTP(S)_PROXY: model servers are reached directly (aiohttp reads the proxy settings in a
-                # thread for every request, two thread hops a call, where httpx read them once).
+                # The proxy is chosen per server once (`_proxy_for`): with trust_env aiohttp reads the proxy
+                # settings in a thread for every request, two thread hops a call.
                 trust_env=False,
             )
             shared = sessions[key] = (session, loop.create_task(_closed_with_its_loop(session, key)))
@@ -89,6 +93,31 @@ async def close_shared_clients() -> None:
     for session, keeper in shared:
         keeper.cancel()
         await session.close()
+
+
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy a request to `url` goes through, from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY and NO_PROXY (either
+    case, as curl and httpx read them); None for a direct connection. A loopback server is always reached
+    directly, as Go's and Chrome's clients do: a model server on this host is never behind the proxy."""
+    settings = tuple(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
+    return _proxy_chosen(url, settings) if any(settings[:3]) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _proxy_chosen(url: str, settings: tuple) -> str | None:  # settings: the variables' values, the cache's key
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = host == "localhost" or host.endswith(".localhost") or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback or urllib.request.proxy_bypass_environment(parts.netloc):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 class _RetryableError(Exception):
@@ -180,8 +209,8 @@ class OpenAIBackend:
 
     def _post(self, data: bytes):
         # A redirect is an answer to report, as httpx reported it (aiohttp would follow it, a POST turned GET).
-        return self._http().post(f"{self.base_url}/chat/completions", data=data, headers=_JSON,
-                                 allow_redirects=False)
+        url = f"{self.base_url}/chat/completions"
+        return self._http().post(url, data=data, headers=_JSON, allow_redirects=False, proxy=_proxy_for(url))
 
     async def _complete_json(self, data: bytes, started: float) -> ModelResponse:
         try:

@@ -2,6 +2,7 @@
 client's request, parsing and retry policy (against a local server of canned answers), and the vLLM profiles."""
 
 import asyncio
+import base64
 import json
 import shlex
 import threading
@@ -218,6 +219,7 @@ class Received:
     url: str
     headers: dict[str, str]  # names in lower case
     content: bytes
+    target: str = ""  # the request line's target: a path, or the whole URL when the server is asked as a proxy
 
 
 class _CannedHandler(BaseHTTPRequestHandler):
@@ -228,7 +230,7 @@ class _CannedHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         content = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         received = Received(f"http://{self.headers['Host']}{self.path}",
-                            {name.lower(): value for name, value in self.headers.items()}, content)
+                            {name.lower(): value for name, value in self.headers.items()}, content, self.path)
         self.server.received.append(received)
         answer = self.server.handler(received)
         self.send_response(answer.status_code)
@@ -395,6 +397,52 @@ def test_openai_sessions_follow_the_running_event_loop_and_close_with_it(mock_ba
         assert asyncio.run(call()) == "ok"
     assert async_to_sync(call)() == "ok"  # a sync view's call: a loop of its own, closed after
     assert len({id(session) for session in sessions}) == 3 and all(session.closed for session in sessions)
+
+
+_PROXY_ENVIRONMENT = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+@pytest.fixture
+def proxy_environment(monkeypatch):
+    """No proxy variable from the test's environment; `set(NAME=value, ...)` sets some."""
+    for name in _PROXY_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return lambda **values: [monkeypatch.setenv(name, value) for name, value in values.items()]
+
+
+def test_openai_calls_a_remote_server_through_the_environments_proxy_and_a_loopback_one_directly(
+        mock_backend, proxy_environment):
+    proxy, seen_by_proxy = mock_backend(lambda r: httpx.Response(200, content=sse(delta(content="via the proxy"))))
+    local, seen_directly = mock_backend(lambda r: httpx.Response(200, content=sse(delta(content="directly"))))
+    proxy_environment(HTTP_PROXY=proxy.base_url.removesuffix("/v1").replace("http://", "http://ops:s%40id@"))
+    remote = OpenAIBackend("http://model.test:8000/v1", "qwen3-8b", retries=0)
+
+    assert asyncio.run(remote.complete(USER, [])).content == "via the proxy"
+    assert [r.target for r in seen_by_proxy] == ["http://model.test:8000/v1/chat/completions"]
+    assert json.loads(seen_by_proxy[0].content)["messages"] == USER
+    assert seen_by_proxy[0].headers["proxy-authorization"] == "Basic " + base64.b64encode(b"ops:s@id").decode()
+    assert asyncio.run(local.complete(USER, [])).content == "directly"  # a server on this host: never proxied
+    assert [r.target for r in seen_directly] == ["/v1/chat/completions"] and len(seen_by_proxy) == 1
+
+
+def test_the_proxy_of_a_model_server_follows_the_scheme_no_proxy_and_lower_case_first(proxy_environment):
+    from serving.backends.openai import _proxy_for
+
+    assert _proxy_for("http://model.test:8000/v1/chat/completions") is None  # no proxy configured
+    proxy_environment(HTTP_PROXY="http://proxy.corp:3128", HTTPS_PROXY="http://secure.corp:3128")
+    assert _proxy_for("http://model.test:8000/v1/chat/completions") == "http://proxy.corp:3128"
+    assert _proxy_for("https://model.test/v1/chat/completions") == "http://secure.corp:3128"
+    for loopback in ("http://localhost:8000/v1", "http://127.0.0.2:8000/v1", "http://[::1]:8000/v1",
+                     "http://vllm.localhost/v1"):
+        assert _proxy_for(loopback) is None, loopback
+    proxy_environment(NO_PROXY="other.test, .model.test")
+    assert _proxy_for("http://gpu1.model.test:8000/v1") is None and _proxy_for("http://model.test/v1") is None
+    assert _proxy_for("http://models.test/v1") == "http://proxy.corp:3128"
+    proxy_environment(http_proxy="http://lower.corp:3128", no_proxy="*")  # lower case wins, as curl reads them
+    assert _proxy_for("http://models.test/v1") is None
+    proxy_environment(no_proxy="")
+    assert _proxy_for("http://models.test/v1") == "http://lower.corp:3128"
 
 
 # --- vLLM profiles and the serve_model command ------------------------------------------------------
