@@ -16,6 +16,7 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 
 from console.access import API_ACCESS_GENERATION
 from harness import routing
+from serving import redis_loop
 
 # SET NX + INCR is what Django's cache.add + cache.incr did, without the eviction race between them.
 _ADMIT = """
@@ -24,6 +25,7 @@ local out = {redis.call('INCR', KEYS[1])}
 for i = 2, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
 return out
 """
+_ADMIT_SHA = redis_loop.script_sha(_ADMIT)
 WINDOW_TIMEOUT_S = 90
 # The ASGI scope key under which serving.lean_reply hands Django's reply route a request it admitted already.
 HANDED_OVER_ADMISSION = "harnessops.reply_admission"  # a one-minute window's counter outlives its minute a little
@@ -69,9 +71,15 @@ def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> A
 
 
 async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int) -> Admission:
-    """`reply_admit` on the event loop (serving.lean_reply), with Redis's asyncio client; needs REDIS_URL."""
+    """`reply_admit` on the event loop (serving.lean_reply): the loop's own pipelined connection
+    (serving.redis_loop), or redis-py's asyncio client for a URL it does not take; needs REDIS_URL."""
     keys = _admit_keys(key, harness_id, _process_cache().make_key)
-    return _admission(await _async_script()(keys=keys, args=[WINDOW_TIMEOUT_S]), limit_per_minute, harness_id)
+    if redis_loop.supported(settings.REDIS_URL):
+        client = await redis_loop.loop_redis(settings.REDIS_URL)
+        replies = await client.script(_ADMIT, _ADMIT_SHA, keys, [WINDOW_TIMEOUT_S])
+    else:
+        replies = await _async_script()(keys=keys, args=[WINDOW_TIMEOUT_S])
+    return _admission(replies, limit_per_minute, harness_id)
 
 
 def _admit_keys(key: str, harness_id: int | None, make_key=None) -> list[str]:
