@@ -37,13 +37,11 @@ class LoopRedis(asyncio.Protocol):
     async def connect(cls, url: str) -> "LoopRedis":
         options = parse_url(url)
         loop = asyncio.get_running_loop()
+        connecting = (loop.create_unix_connection(cls, options["path"]) if "path" in options else
+                      loop.create_connection(cls, options.get("host", "localhost"), int(options.get("port", 6379))))
         try:
-            if "path" in options:
-                _transport, client = await loop.create_unix_connection(cls, options["path"])
-            else:
-                _transport, client = await asyncio.wait_for(loop.create_connection(
-                    cls, options.get("host", "localhost"), int(options.get("port", 6379))), REPLY_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as error:
+            _transport, client = await asyncio.wait_for(connecting, REPLY_TIMEOUT_S)
+        except OSError as error:  # TimeoutError included
             raise redis.ConnectionError(f"Redis at {url.rpartition('@')[2]}: {error}") from error
         hello = []
         if options.get("password"):
