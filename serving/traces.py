@@ -13,13 +13,15 @@ version: the system message and the tool schemas, ≈ 16 KB of a ≈ 19 KB trace
 workspace as prompt parts (serving.models.PromptPart) and the trace keeps their digests (`split_request`);
 the trace page puts them back (`joined_request`). Stored in every trace they were about half of PostgreSQL's
 CPU an insert, and a reply's PostgreSQL CPU fell by about 30 % without them (docs/performance.md). A process
-remembers which parts it has stored, so a reply writes a part only the first time this process sees it.
+remembers which parts it has stored, so a reply writes a part only the first time this process sees it (and
+again every ten minutes, in case a restore lost it).
 """
 
 import hashlib
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -159,21 +161,25 @@ def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | N
     return row
 
 
-# (workspace id, digest) of the prompt parts this process stored or found stored, most recent last. Parts are
-# deleted only with their workspace, and a workspace's id is not reused, so a remembered part is there.
-_STORED_PARTS: OrderedDict[tuple[int, str], None] = OrderedDict()
+# (workspace id, digest) of the prompt parts this process stored or found stored → when, most recent last.
+# Parts are deleted only with their workspace, whose id is not reused, so a remembered part is there - unless
+# the database was restored from a backup older than the part. A part is therefore written again (ON CONFLICT
+# DO NOTHING: one statement) once it has been remembered for PARTS_RECHECK_S, so a restore heals by itself.
+_STORED_PARTS: OrderedDict[tuple[int, str], float] = OrderedDict()
 _STORED_PARTS_MAX = 4096
+PARTS_RECHECK_S = 600.0
 _stored_parts_lock = threading.Lock()
 
 
 def _parts_missing(rows: Iterable[Trace]) -> dict[tuple[int, str], str]:
-    """The prompt parts of `rows` this process has not stored yet: (workspace id, digest) → JSON text."""
+    """The prompt parts of `rows` this process has not stored lately: (workspace id, digest) → JSON text."""
     missing = {}
+    fresh_since = time.monotonic() - PARTS_RECHECK_S
     with _stored_parts_lock:
         for row in rows:
             for digest, text in getattr(row, "prompt_parts", {}).items():
                 key = (row.workspace_id, digest)
-                if key in _STORED_PARTS:
+                if _STORED_PARTS.get(key, fresh_since) > fresh_since:
                     _STORED_PARTS.move_to_end(key)
                 else:
                     missing[key] = text
@@ -181,9 +187,10 @@ def _parts_missing(rows: Iterable[Trace]) -> dict[tuple[int, str], str]:
 
 
 def _parts_remember(keys: Iterable[tuple[int, str]]) -> None:
+    now = time.monotonic()
     with _stored_parts_lock:
         for key in keys:
-            _STORED_PARTS[key] = None
+            _STORED_PARTS[key] = now
             _STORED_PARTS.move_to_end(key)
         while len(_STORED_PARTS) > _STORED_PARTS_MAX:
             _STORED_PARTS.popitem(last=False)

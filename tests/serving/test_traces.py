@@ -192,3 +192,19 @@ def test_a_part_is_written_once_committed_and_again_after_its_transaction_rolled
     for good in (batch[0], batch[2]):
         assert trace_sent_request(Trace.objects.get(trace_id=good.trace_id)) == changed
     assert PromptPart.objects.filter(workspace=workspace).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_remembered_part_is_written_again_after_a_while_so_a_restore_that_lost_it_heals(workspace, monkeypatch):
+    from serving import traces
+
+    traces_store([row(workspace, trace_data(request=sent()))])
+    PromptPart.objects.filter(workspace=workspace).delete()  # a backup restored from before the parts
+    soon = trace_data(request=sent("and L002?"))
+    traces_store([row(workspace, soon)])
+    assert trace_sent_request(Trace.objects.get(trace_id=soon["trace_id"])) is None  # still remembered as stored
+    monkeypatch.setattr(traces, "PARTS_RECHECK_S", 0.0)  # as if the minutes had passed
+    later = trace_data(request=sent("and L003?"))
+    traces_store([row(workspace, later)])
+    assert trace_sent_request(Trace.objects.get(trace_id=later["trace_id"])) == later["request"]
+    assert trace_sent_request(Trace.objects.get(trace_id=soon["trace_id"])) == soon["request"]  # healed, too
