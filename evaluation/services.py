@@ -30,6 +30,7 @@ from harness.simulator.cases import Case
 from serving.backends import backend_names
 from serving.backends.openai import close_shared_clients
 from serving.model_config import backend_for
+from serving.traces import prompt_parts_store, split_request
 
 log = logging.getLogger(__name__)
 MAX_CASES = 20_000
@@ -242,14 +243,17 @@ def _drain(outcomes: queue.Queue) -> list:
 
 
 def _save_result(run: EvalRun, case: EvalCase, outcome) -> EvalResult | None:
-    """Store one case's result; None if it was already stored (a re-delivered task), never twice."""
+    """Store one case's result; None if it was already stored (a re-delivered task), never twice. Its trace keeps
+    the system message and tool schemas it sent by digest, stored once per workspace (serving.traces)."""
+    trace, parts = split_request(outcome.trace) if isinstance(outcome.trace, dict) else (outcome.trace, {})
     try:
         with transaction.atomic():
+            prompt_parts_store(run.workspace_id, parts)
             return EvalResult.objects.create(
                 run=run, case=case, category=case.category, accuracy=outcome.accuracy,
                 effectiveness=outcome.effectiveness, scores=outcome.scores, reasons=list(outcome.reasons),
                 judge_version=outcome.judge_version[:200], outcome=outcome.outcome, latency_ms=outcome.latency_ms,
-                reply=outcome.reply, trace=outcome.trace, abstained=outcome.abstained,
+                reply=outcome.reply, trace=trace, abstained=outcome.abstained,
                 judge_models=list(outcome.judge_models), judge_hash=outcome.judge_hash,
             )
     except IntegrityError:

@@ -173,12 +173,16 @@ _stored_parts_lock = threading.Lock()
 
 def _parts_missing(rows: Iterable[Trace]) -> dict[tuple[int, str], str]:
     """The prompt parts of `rows` this process has not stored lately: (workspace id, digest) → JSON text."""
+    return _owned_parts_missing((row.workspace_id, getattr(row, "prompt_parts", {})) for row in rows)
+
+
+def _owned_parts_missing(owned: Iterable[tuple[int, Mapping[str, str]]]) -> dict[tuple[int, str], str]:
     missing = {}
     fresh_since = time.monotonic() - PARTS_RECHECK_S
     with _stored_parts_lock:
-        for row in rows:
-            for digest, text in getattr(row, "prompt_parts", {}).items():
-                key = (row.workspace_id, digest)
+        for workspace_id, parts in owned:
+            for digest, text in parts.items():
+                key = (workspace_id, digest)
                 if _STORED_PARTS.get(key, fresh_since) > fresh_since:
                     _STORED_PARTS.move_to_end(key)
                 else:
@@ -196,10 +200,19 @@ def _parts_remember(keys: Iterable[tuple[int, str]]) -> None:
             _STORED_PARTS.popitem(last=False)
 
 
+def prompt_parts_store(workspace_id: int, parts: Mapping[str, str]) -> None:
+    """Store `parts` (`split_request`'s digest → JSON text) for a workspace, as a trace's are: in the caller's
+    transaction, each once (evaluation results keep their requests split too)."""
+    _missing_parts_stored(_owned_parts_missing([(workspace_id, parts)]))
+
+
 def _parts_store(rows: list[Trace]) -> None:
     """Store the prompt parts `rows` refer to, in the caller's transaction (a part stored already is kept);
     remembered once that transaction commits."""
-    missing = _parts_missing(rows)
+    _missing_parts_stored(_parts_missing(rows))
+
+
+def _missing_parts_stored(missing: dict[tuple[int, str], str]) -> None:
     if not missing:
         return
     PromptPart.objects.bulk_create(  # in key order: two writers of the same new parts never wait on each other

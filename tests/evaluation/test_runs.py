@@ -45,6 +45,23 @@ def test_generated_set_is_versioned_and_runs_resumably(workspace, harness, scrip
     assert run.results.count() == 12
 
 
+def test_a_results_trace_keeps_the_prompt_it_sent_once_per_workspace(workspace, harness, scripted):
+    from serving.models import PromptPart
+    from serving.traces import joined_request
+
+    version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
+                                         seed=3, n=6)
+    run = make_run(workspace, harness, version)
+    assert services.run_execute(run_id=run.pk) == "done"
+    parts = dict(PromptPart.objects.filter(workspace=workspace).values_list("digest", "content"))
+    asked = [r.trace["request"] for r in run.results.all() if r.trace.get("request")]
+    assert asked and all("tools" not in request and request["messages"][0]["role"] == "system"
+                         and "content" not in request["messages"][0] for request in asked)
+    joined = [joined_request(request, parts) for request in asked]
+    assert all(request is not None and request["messages"][0]["content"] and request["tools"] for request in joined)
+    assert len(parts) <= 2 * len({json.dumps(request["messages"][0]["content"]) for request in joined})
+
+
 def test_resume_after_partial_run_counts_each_case_once(workspace, harness, scripted):
     version = services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="lsqa", suite="live_stream_qa",
                                          seed=5, n=8)
