@@ -103,7 +103,8 @@ class EvalRun(models.Model):
 
 
 class EvalResult(models.Model):
-    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results")
+    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results",
+                            db_index=False)  # the unique constraint below begins with it
     case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="results")
     category = models.CharField(max_length=40)
     accuracy = models.FloatField(null=True, blank=True, help_text="null when the judge abstained")

@@ -54,17 +54,18 @@ class Trace(models.Model):
         PLAYGROUND = "playground"
         EVALUATION = "evaluation"
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="traces")
+    # Its own index would repeat the composite ones that begin with it: each index is written by every insert.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="traces", db_index=False)
     trace_id = models.CharField(max_length=32, unique=True)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.API)
-    room_id = models.CharField(max_length=100, db_index=True)
+    room_id = models.CharField(max_length=100)
     viewer_id = models.CharField(max_length=128)
     harness = models.ForeignKey(Harness, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     harness_version = models.ForeignKey(HarnessVersion, null=True, blank=True, on_delete=models.PROTECT,
                                         related_name="traces")
     arm = models.CharField(max_length=100, blank=True)
     backend = models.CharField(max_length=50)
-    outcome = models.CharField(max_length=16, db_index=True)
+    outcome = models.CharField(max_length=16)
     silent = models.BooleanField(default=False)
     message = models.TextField()
     reply = models.TextField(blank=True)
@@ -78,11 +79,13 @@ class Trace(models.Model):
     judge_version = models.CharField(max_length=100, blank=True)
     judge_reasons = models.JSONField(default=list, blank=True, help_text="the live judge's reasons for its scores")
     data = models.JSONField()
-    created_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField()
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # What the console asks: a workspace's newest traces, of a version, an arm or an outcome.
         indexes = [models.Index(fields=["workspace", "-created_at"]),
+                   models.Index(fields=["workspace", "outcome", "-created_at"]),
                    models.Index(fields=["workspace", "harness_version", "-created_at"]),
                    models.Index(fields=["workspace", "arm", "-created_at"])]
 
@@ -95,7 +98,7 @@ class PromptPart(models.Model):
     their SHA-256 instead (serving.traces). Parts go only with their workspace, as its traces do.
     """
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)  # unique below
     digest = models.CharField(max_length=64, help_text="SHA-256 of `content`, hex")
     content = models.TextField(help_text="the part as JSON text: a message's content or the list of tool schemas")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -164,7 +167,8 @@ class Arm(models.Model):
 class Exposure(models.Model):
     """The first time a viewer was assigned: sticky, one per viewer per experiment."""
 
-    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="exposures")
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="exposures",
+                                   db_index=False)  # the unique constraint below begins with it
     arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="exposures")
     viewer_id = models.CharField(max_length=128)
     bucket = models.DateTimeField(help_text="the minute of first exposure (rollup bucket)")
@@ -178,7 +182,8 @@ class Exposure(models.Model):
 class Event(models.Model):
     """A platform event (item_page_view, impression, …); unique by event_id so retries never count twice."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: the unique constraint below begins with it (each index is written by every event).
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)
     event_id = models.CharField(max_length=100)
     type = models.CharField(max_length=32)
     viewer_id = models.CharField(max_length=128)
@@ -194,7 +199,8 @@ class Event(models.Model):
 class Rollup(models.Model):
     """Sufficient statistics per experiment × arm × minute of first exposure: users, Σy, Σy² (y = IPV per user)."""
 
-    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="rollups")
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="rollups",
+                                   db_index=False)  # the unique constraint below begins with it
     arm = models.ForeignKey(Arm, on_delete=models.CASCADE, related_name="rollups")
     bucket = models.DateTimeField()
     users = models.PositiveIntegerField(default=0)
