@@ -295,9 +295,8 @@ def _text_error(key: str, value: str, limit: int) -> str:
 def _validate(raw, now: datetime) -> tuple[dict | None, str]:
     if not isinstance(raw, dict):
         return None, "must be an object"
-    missing = [k for k in _REQUIRED if not raw.get(k)]
-    if missing:
-        return None, f"missing {', '.join(missing)}"
+    if not (raw.get("event_id") and raw.get("type") and raw.get("viewer_id") and raw.get("room_id") and raw.get("ts")):
+        return None, f"missing {', '.join(k for k in _REQUIRED if not raw.get(k))}"
     if raw["type"] not in EVENT_TYPES:
         return None, f"type must be one of {', '.join(EVENT_TYPES)}"
     ts = _parse_ts(raw["ts"])
@@ -311,10 +310,15 @@ def _validate(raw, now: datetime) -> tuple[dict | None, str]:
     event = {"event_id": str(raw["event_id"]), "type": raw["type"], "viewer_id": str(raw["viewer_id"]),
              "room_id": str(raw["room_id"]), "item_id": "" if item is None else str(item), "ts": ts,
              "ts_text": ts.isoformat()}  # what PostgreSQL is sent (COPY, the fold), made once
-    for key, limit in _TEXT_LIMITS:
-        error = _text_error(key, event[key], limit)
-        if error:
-            return None, error
+    # The usual event's text is short ASCII without NUL, checked for the four fields at once (a third of a
+    # batch's validation); anything else is checked field by field, for the message.
+    text = f"{event['event_id']}{event['viewer_id']}{event['room_id']}{event['item_id']}"
+    if (len(event["event_id"]) > 100 or len(event["viewer_id"]) > 128 or len(event["room_id"]) > 100
+            or len(event["item_id"]) > 100 or not text.isascii() or "\x00" in text):
+        for key, limit in _TEXT_LIMITS:
+            error = _text_error(key, event[key], limit)
+            if error:
+                return None, error
     return event, ""
 
 
