@@ -243,6 +243,97 @@ def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, h
     assert Trace.objects.filter(trace_id=stored.trace_id).count() == 1
 
 
+def _loop_rows(workspace, harness, count, **changes):
+    import time
+    import uuid
+
+    from serving.traces import trace_row
+
+    rows = []
+    for i in range(count):
+        data = {"trace_id": uuid.uuid4().hex, "input": {"message": f"m{i}", "viewer_id": f"v{i}", "room_id": "r1"},
+                "arm": "label:production", "backend": "scripted", "outcome": "replied", "silent": False,
+                "reply": "ok", "duration_ms": 1.0, "model_calls": 1, "tokens_in": 1, "tokens_out": 1,
+                "hooks_fired": [], "started_at": time.time(), "steps": [],
+                "request": {"messages": [{"role": "system", "content": "You are Mia."},
+                                         {"role": "user", "content": f"m{i}"}], "tools": []}}
+        rows.append(trace_row(workspace_id=workspace.pk, data=data, source=Trace.Source.API, harness_id=harness.pk,
+                              version_id=None))
+    for index, fields in changes.items():
+        for name, value in fields.items():
+            setattr(rows[int(index.removeprefix("row"))], name, value)
+    return rows
+
+
+def test_traces_stored_at_once_on_the_loop_share_inserts_and_a_refused_row_keeps_the_others(
+        harness, workspace, monkeypatch):
+    """Replies that finish while an insert runs have their traces inserted together; a row PostgreSQL refuses
+    sends the batch row by row, where it becomes a stub and the others are stored whole."""
+    from serving import traces
+    from serving.loop_db import close_loop_pool
+    from serving.selectors import trace_sent_request
+
+    inserts = []
+    real = traces._inserted_on_loop
+
+    async def counted(rows):
+        inserts.append(len(rows))
+        await real(rows)
+
+    monkeypatch.setattr(traces, "_inserted_on_loop", counted)
+    rows = _loop_rows(workspace, harness, 40, row7={"outcome": "x" * 40})  # too long for its column
+
+    async def at_once():
+        try:
+            first = asyncio.ensure_future(traces.trace_store_on_loop(rows[0]))
+            await asyncio.sleep(0)  # the first insert under way: the rest arrive meanwhile
+            cancelled = asyncio.ensure_future(traces.trace_store_on_loop(rows[1]))
+            rest = asyncio.gather(*(traces.trace_store_on_loop(row) for row in rows[2:]))
+            await asyncio.sleep(0)
+            cancelled.cancel()  # its reply went away: its trace is stored all the same
+            await first
+            await rest
+        finally:
+            await close_loop_pool()
+
+    asyncio.run(at_once())
+    stored = {t.trace_id: t for t in Trace.objects.filter(trace_id__in=[row.trace_id for row in rows])}
+    assert len(stored) == 40 and stored[rows[7].trace_id].data.get("storage_error")
+    assert all(trace_sent_request(stored[row.trace_id]) == {"messages": [
+        {"role": "system", "content": "You are Mia."}, {"role": "user", "content": f"m{i}"}], "tools": []}
+        for i, row in enumerate(rows) if i != 7)
+    assert inserts == [1, 39] + [1] * 39  # the others gathered in one insert; refused, each row alone
+
+
+def test_a_loop_that_ends_while_traces_wait_leaves_no_reply_waiting(harness, workspace):
+    from serving import traces
+    from serving.loop_db import close_loop_pool
+
+    rows = _loop_rows(workspace, harness, 6)
+    outcomes = []
+
+    async def ended():
+        waiting = [asyncio.ensure_future(traces.trace_store_on_loop(row)) for row in rows[:3]]
+        await asyncio.sleep(0)
+        writer = traces._writers[asyncio.get_running_loop()]
+        [run] = [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_run"]
+        run.cancel()  # before it started, as a server's loop cancels what is left when it stops
+        await asyncio.gather(*waiting, return_exceptions=True)
+        waiting += [asyncio.ensure_future(traces.trace_store_on_loop(row)) for row in rows[3:]]
+        for _ in range(2):
+            await asyncio.sleep(0)  # started: waiting for its connection
+        [run] = [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_run"]
+        run.cancel()  # under way
+        outcomes.extend(await asyncio.gather(*waiting, return_exceptions=True))
+        await close_loop_pool()
+        return writer
+
+    writer = asyncio.run(asyncio.wait_for(ended(), 10))
+    assert [type(outcome) for outcome in outcomes[:3]] == [asyncio.CancelledError] * 3
+    assert all(outcome is None or isinstance(outcome, asyncio.CancelledError) for outcome in outcomes[3:])
+    assert not writer.waiting and not writer.batch and not writer.running
+
+
 def test_a_new_key_is_checked_on_the_loop_and_an_unknown_one_refused_by_django(platform, workspace):
     other = api_key_create(actor=Actor.system("t"), workspace=workspace, name="second", scopes=["read"])[1]
     first, second, unknown = asgi([(REPLY, HELLO, bearer(platform)), (REPLY, HELLO, bearer(other)),
