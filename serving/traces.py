@@ -31,6 +31,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, transaction
 
+from serving.gathering import Gathering
 from serving.models import PromptPart, Trace
 
 log = logging.getLogger(__name__)
@@ -250,83 +251,36 @@ async def trace_store_on_loop(row: Trace) -> None:
     """`trace_store` from the event loop (serving.loop_db), returning once the row is committed.
 
     The rows of replies that finish while an insert is under way go together in the next one: one statement
-    and one commit for all of them (`_LoopTraceWriter`). Alone (concurrency 1), a row goes as before: the
-    lone INSERT on a loop connection. A gathered insert that PostgreSQL refuses is retried row by row, and a
-    row it still refuses (a trace id stored already, a value it cannot hold) takes the sync path's rescue."""
+    and one commit for all of them (serving.gathering). Alone (concurrency 1), a row goes as before: the lone
+    INSERT on a loop connection. A gathered insert that PostgreSQL refuses is retried row by row, and a row it
+    still refuses (a trace id stored already, a value it cannot hold) takes the sync path's rescue."""
     loop = asyncio.get_running_loop()
     writer = _writers.get(loop)
     if writer is None:
         for ended in [other for other in _writers if other.is_closed()]:
             del _writers[ended]
-        writer = _writers[loop] = _LoopTraceWriter()
-    await writer.stored(row)
+        writer = _writers[loop] = Gathering(_gathered_stored, most=GATHERED_MAX)
+    await writer.submit(row)
 
 
 _writers: dict = {}  # event loop → its trace writer
 GATHERED_MAX = 64  # rows in one insert (24 parameters each)
 
 
-class _LoopTraceWriter:
-    """One insert at a time per loop; what arrives meanwhile waits for the next one, together.
-
-    A reply's trace cost its process ≈ 330 µs of CPU in the lone INSERT's round trip (psycopg, the pool, the
-    system calls) and PostgreSQL ≈ 0.1 ms in its commit; gathered, both are shared (docs/performance.md)."""
-
-    def __init__(self) -> None:
-        self.waiting: list[tuple[Trace, asyncio.Future]] = []
-        self.batch: list[tuple[Trace, asyncio.Future]] = []  # the rows of the insert under way
-        self.running = False
-
-    def stored(self, row: Trace) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        self.waiting.append((row, done))
-        if not self.running:  # started on the loop's next turn: the rows ready by then go with this one
-            self.running = True
-            loop.create_task(self._run()).add_done_callback(self._ended)
-        return done
-
-    async def _run(self) -> None:
-        while self.waiting:
-            self.batch, self.waiting = self.waiting[:GATHERED_MAX], self.waiting[GATHERED_MAX:]
-            await _gathered_stored(self.batch)
-        self.batch = []
-        self.running = False  # at once after finding nothing waits: a row that comes later starts a new run
-
-    def _ended(self, task: asyncio.Task) -> None:
-        """A run cancelled (its loop ending, even before it started) or failed: no reply waits for ever."""
-        if not task.cancelled() and task.exception() is None:
-            return
-        for _row, done in self.batch + self.waiting:
-            if done.done():
-                continue
-            if task.cancelled():
-                done.cancel()
-            else:
-                done.set_exception(task.exception())
-        self.batch, self.waiting, self.running = [], [], False
-
-
-async def _gathered_stored(batch: list[tuple[Trace, asyncio.Future]]) -> None:
+async def _gathered_stored(rows: list[Trace]) -> list:
+    """Store `rows` (in one insert when there are several); for each, None or the exception its reply gets (not
+    even a stub could be stored). A reply's trace cost its process ≈ 330 µs of CPU in a lone INSERT's round trip
+    and PostgreSQL ≈ 0.1 ms in its commit: gathered, both are shared (docs/performance.md)."""
     import psycopg
 
-    rows = [row for row, _done in batch]
-    outcomes: list = []
     if len(rows) > 1:
         try:
             await _inserted_on_loop(rows)
-            outcomes = [None] * len(rows)
+            return [None] * len(rows)
         except psycopg.Error:
             log.warning("%d traces: their insert on the event loop failed; storing each alone", len(rows),
                         exc_info=True)
-    if not outcomes:  # alone, or after a refused gathered insert: each row for itself
-        outcomes = await asyncio.gather(*(_stored_alone(row) for row in rows), return_exceptions=True)
-    for (_row, done), outcome in zip(batch, outcomes, strict=True):
-        if not done.done():  # done already: its reply was cancelled
-            if isinstance(outcome, BaseException):
-                done.set_exception(outcome)  # not even a stub could be stored: that reply fails
-            else:
-                done.set_result(None)
+    return await asyncio.gather(*(_stored_alone(row) for row in rows), return_exceptions=True)
 
 
 async def _inserted_on_loop(rows: list[Trace]) -> None:

@@ -305,35 +305,6 @@ def test_traces_stored_at_once_on_the_loop_share_inserts_and_a_refused_row_keeps
     assert inserts == [1, 39] + [1] * 39  # the others gathered in one insert; refused, each row alone
 
 
-def test_a_loop_that_ends_while_traces_wait_leaves_no_reply_waiting(harness, workspace):
-    from serving import traces
-    from serving.loop_db import close_loop_pool
-
-    rows = _loop_rows(workspace, harness, 6)
-    outcomes = []
-
-    async def ended():
-        waiting = [asyncio.ensure_future(traces.trace_store_on_loop(row)) for row in rows[:3]]
-        await asyncio.sleep(0)
-        writer = traces._writers[asyncio.get_running_loop()]
-        [run] = [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_run"]
-        run.cancel()  # before it started, as a server's loop cancels what is left when it stops
-        await asyncio.gather(*waiting, return_exceptions=True)
-        waiting += [asyncio.ensure_future(traces.trace_store_on_loop(row)) for row in rows[3:]]
-        for _ in range(2):
-            await asyncio.sleep(0)  # started: waiting for its connection
-        [run] = [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_run"]
-        run.cancel()  # under way
-        outcomes.extend(await asyncio.gather(*waiting, return_exceptions=True))
-        await close_loop_pool()
-        return writer
-
-    writer = asyncio.run(asyncio.wait_for(ended(), 10))
-    assert [type(outcome) for outcome in outcomes[:3]] == [asyncio.CancelledError] * 3
-    assert all(outcome is None or isinstance(outcome, asyncio.CancelledError) for outcome in outcomes[3:])
-    assert not writer.waiting and not writer.batch and not writer.running
-
-
 def test_a_new_key_is_checked_on_the_loop_and_an_unknown_one_refused_by_django(platform, workspace):
     other = api_key_create(actor=Actor.system("t"), workspace=workspace, name="second", scopes=["read"])[1]
     first, second, unknown = asgi([(REPLY, HELLO, bearer(platform)), (REPLY, HELLO, bearer(other)),
