@@ -1,5 +1,6 @@
 """Reads for rooms and traces, within one workspace."""
 
+import asyncio
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -11,6 +12,7 @@ from django.http import Http404
 
 from console.models import Workspace
 from harness.models import Harness
+from serving.gathering import Gathering
 from serving.models import PromptPart, Room, Trace
 from serving.traces import joined_request, request_digests
 
@@ -69,25 +71,46 @@ _loop_rooms: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
 
 async def room_route_on_loop(workspace_id: int, room_id: str) -> RoomRoute | None:
     """`room_route` from the event loop (serving.loop_db; PostgreSQL only); the context is read again only when
-    the room's row changed."""
+    the room's row changed. The requests for a room that arrive while its read runs share the next read
+    (serving.gathering: a read that started after each of them asked), and each builds its own route from it."""
+    loop = asyncio.get_running_loop()
+    key = (workspace_id, room_id)
+    reads = _loop_room_reads.get((loop, key))
+    if reads is None:
+        if len(_loop_room_reads) >= 4 * _LOOP_ROOMS_MAX:  # rooms seen long ago, and loops that ended
+            for stale in [k for k, gathering in _loop_room_reads.items() if not gathering.running]:
+                del _loop_room_reads[stale]
+        reads = _loop_room_reads[loop, key] = Gathering(lambda asked: _room_read_on_loop(key, len(asked)))
+    row = await reads.submit(None)
+    return None if row is None else _room_route_from(row)
+
+
+_loop_room_reads: dict = {}  # (event loop, (workspace id, room id)) → the room's reads on that loop
+
+
+async def _room_read_on_loop(key: tuple[int, str], asked: int) -> list:
+    """One read of a room for `asked` requests: its row (the context decoded, then the harness's columns) or None,
+    or the error each of them gets (a request then hands over to Django's route)."""
     from serving.loop_db import loop_connection
 
-    key = (workspace_id, room_id)
     known = _loop_rooms.get(key)
-    async with loop_connection() as conn:
-        cursor = await conn.execute(_room_route_on_loop_sql(), [known[0] if known else "", workspace_id, room_id])
-        row = await cursor.fetchone()
+    try:
+        async with loop_connection() as conn:
+            cursor = await conn.execute(_room_route_on_loop_sql(), [known[0] if known else "", *key])
+            row = await cursor.fetchone()
+    except Exception as error:  # noqa: BLE001 (PostgreSQL or its pool: each request hands over)
+        return [error] * asked
     if row is None:
         _loop_rooms.pop(key, None)
-        return None
+        return [None] * asked
     context, version, *harness = row
     if context is None:  # unchanged since `known`
-        return _room_route_from((known[1], *harness))
-    route = _room_route_from((context, *harness))
+        return [(known[1], *harness)] * asked
+    decoded = _context(context.decode() if isinstance(context, bytes) else context)
     if len(_loop_rooms) >= _LOOP_ROOMS_MAX:
         _loop_rooms.clear()
-    _loop_rooms[key] = (version, route.context)
-    return route
+    _loop_rooms[key] = (version, decoded)
+    return [(decoded, *harness)] * asked
 
 
 # A room's context, decoded, by its JSON text: a stored room answers many replies and its context (the demo's is

@@ -220,6 +220,44 @@ def test_a_changed_room_is_read_again_by_the_next_reply_on_the_loop(platform, ha
     assert "$79.0" in catalogue and "$89.0" not in catalogue  # the prompt's catalogue is the new one too
 
 
+def test_requests_for_a_room_at_once_share_its_reads_and_each_gets_its_own_route(platform, harness, workspace,
+                                                                               monkeypatch):
+    from serving import selectors
+    from serving.loop_db import close_loop_pool
+
+    asgi([(REPLY, HELLO, bearer(platform))])  # the room stored by Django's route
+    reads = []
+    real = selectors._room_read_on_loop
+
+    async def counted(key, asked):
+        reads.append(asked)
+        return await real(key, asked)
+
+    monkeypatch.setattr(selectors, "_room_read_on_loop", counted)
+
+    async def at_once():
+        try:
+            return await asyncio.gather(*(selectors.room_route_on_loop(workspace.pk, "demo-room") for _ in range(12)))
+        finally:
+            await close_loop_pool()
+
+    routes = asyncio.run(at_once())
+    assert sum(reads) == 12 and len(reads) < 12  # shared reads, one answer a request
+    assert all(route.harness.pk == harness.pk and route.context["products"] == ROOM["products"] for route in routes)
+    assert len({id(route.harness) for route in routes}) == 12  # no request's harness object is another's
+    assert asyncio.run(_missing_room(workspace.pk)) is None
+
+
+async def _missing_room(workspace_id):
+    from serving.loop_db import close_loop_pool
+    from serving.selectors import room_route_on_loop
+
+    try:
+        return await room_route_on_loop(workspace_id, "no-such-room")
+    finally:
+        await close_loop_pool()
+
+
 def test_a_trace_the_loop_cannot_insert_is_stored_by_the_rescue_path(platform, harness, workspace):
     """A trace id stored already: the lone insert on the loop fails and the row-by-row path keeps one row."""
     from serving.loop_db import close_loop_pool
