@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=100, help="replies to profile (CPU time by package); 0: none")
     parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     parser.add_argument("--asgi", action="store_true", help="also through the ASGI application, in process")
+    parser.add_argument("--top", type=int, default=0, help="with --profile, also the N functions of most self time")
     args = parser.parse_args()
     if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
         raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
@@ -113,9 +114,10 @@ def main() -> None:
         gc.freeze()
 
     if args.profile:
-        profile_replies(reply, args.profile, "through the test client")
+        profile_replies(reply, args.profile, "through the test client", args.top)
         if args.asgi:
-            profile_replies(asgi_reply or warmed(asgi_client(token)), args.profile, "through the ASGI app")
+            profile_replies(asgi_reply or warmed(asgi_client(token)), args.profile, "through the ASGI app",
+                            args.top)
 
 
 def warmed(reply):
@@ -174,7 +176,7 @@ def asgi_client(token: str):
     return lambda i: loop.run_until_complete(call(i))
 
 
-def profile_replies(reply, count: int, how: str) -> None:
+def profile_replies(reply, count: int, how: str, top: int = 0) -> None:
     """Where a reply's CPU time goes: cProfile with process_time, self time grouped by package."""
     import cProfile
     import pstats
@@ -204,6 +206,12 @@ def profile_replies(reply, count: int, how: str) -> None:
           f"{sum(v[1] for v in stats.values()) / count:.0f} Python calls a reply):")
     for label, spent in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"  {label:<46} {100 * spent / total:5.1f}%")
+    if top:
+        print(f"  the {top} functions of most self time (µs a reply, calls a reply):")
+        ranked = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+        for (file, line, function), (_cc, calls, tottime, _ct, _callers) in ranked:
+            where = f"{'/'.join(Path(file).parts[-2:])}:{line}" if file != "~" else "built-in"
+            print(f"    {1e6 * tottime / count:7.1f} µs {calls / count:6.1f}  {function[:60]}  ({where})")
 
 
 if __name__ == "__main__":
