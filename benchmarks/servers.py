@@ -29,7 +29,7 @@ def label(name: str, workers: int) -> str:
 
 
 def start(name: str, port: int, *, workers: int = 1, env: dict, cwd: Path) -> subprocess.Popen:
-    """The server, answering /healthz (every worker imported: a few requests go round them)."""
+    """The server, answering /healthz (one worker up: `warm_every_worker` waits for the others)."""
     server = subprocess.Popen(command(name, port, workers), env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     for _ in range(150):
@@ -53,13 +53,33 @@ def warm_every_worker(server_pid: int, workers: int, load) -> bool:
     """Call `load()` (a round of untimed requests) until each of the server's `workers` processes has served some
     (its CPU grew by 0.2 s): a worker's first requests import what the views need, about a second of CPU, and which
     worker accepts a connection is the kernel's choice (uvicorn's other children, such as multiprocessing's
-    tracker, serve none). False after 10 rounds without it: the figures that follow include a start-up."""
+    tracker, serve none). False after 10 rounds without it: the figures that follow include a start-up.
+
+    /healthz answered tells that one worker is up, not all: a worker still importing (≈ 3 s of CPU) when the
+    round's CPU was first read grew by 0.2 s without serving, and took its first requests in the timed load (a
+    fresh two-process server's first burst at 32 then had p99 480-570 ms in one run of five). So the workers'
+    CPU is read once it has settled."""
     from http_load import workers_cpu_s
 
-    start = workers_cpu_s(server_pid)
+    start = _settled(server_pid, workers)
     for _ in range(10):
         load()
         now = workers_cpu_s(server_pid)
         if sum(now.get(pid, 0.0) - cpu > 0.2 for pid, cpu in start.items()) >= workers:
             return True
     return False
+
+
+def _settled(server_pid: int, workers: int) -> dict[int, float]:
+    """The server's workers' CPU seconds once there are `workers` of them and none grew by 20 ms in 0.3 s (their
+    start-up done), or after 30 s."""
+    from http_load import workers_cpu_s
+
+    before = workers_cpu_s(server_pid)
+    for _ in range(100):
+        time.sleep(0.3)
+        now = workers_cpu_s(server_pid)
+        if len(now) >= workers and all(now[pid] - before.get(pid, 0.0) < 0.02 for pid in now):
+            return now
+        before = now
+    return before
