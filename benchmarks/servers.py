@@ -57,7 +57,7 @@ def warm_every_worker(server_pid: int, workers: int, load) -> bool:
 
     /healthz answered tells that one worker is up, not all: a worker still importing (≈ 3 s of CPU) when the
     round's CPU was first read grew by 0.2 s without serving, and took its first requests in the timed load (a
-    fresh two-process server's first burst at 32 then had p99 480-570 ms in one run of five). So the workers'
+    fresh two-process server's first burst at 32 then had p99 480-570 ms, in 2 of 13 such servers). So the workers'
     CPU is read once it has settled."""
     from http_load import workers_cpu_s
 
