@@ -13,6 +13,13 @@ share after 1, 2, 4, … turns (how it grows with the work). The first call of a
 
 Replies are capped at --max-tokens (greedy); what the 135M model says does not matter here, only what
 each prompt shares with the one before.
+
+`--openai http://gpu:8000/v1 --model NAME` sends the same turns to an OpenAI-compatible server instead (the
+`openai` backend, as deployed): each call's cached prompt tokens are read from its usage
+(`prompt_tokens_details.cached_tokens`, which vLLM reports when started with `--enable-prompt-tokens-details`,
+and `python -m serving.openai_compat --backend local` for llama.cpp), and vLLM's own prefix-cache counters
+(`vllm:prefix_cache_queries` / `vllm:prefix_cache_hits`, in tokens) are read from its `/metrics` before and
+after: their difference is the run's hit rate as the server counts it (other traffic on the server counts too).
 """
 
 import argparse
@@ -43,8 +50,33 @@ class CountingBackend:
     async def complete(self, messages, tools, *, max_tokens=512, temperature=0.0, tool_choice="auto"):
         response = await self.inner.complete(messages, tools, max_tokens=min(max_tokens, self.max_tokens),
                                              temperature=temperature, tool_choice=tool_choice)
-        self.calls.append((response.tokens_in, response.raw.get("cached_tokens", 0)))
+        raw = response.raw or {}
+        details = (raw.get("usage") or {}).get("prompt_tokens_details") or {}
+        cached = raw.get("cached_tokens", details.get("cached_tokens"))
+        self.reported = self.reported or isinstance(cached, int)
+        self.calls.append((response.tokens_in, cached if isinstance(cached, int) else 0))
         return response
+
+    reported = False  # whether any call said how many of its prompt tokens came from a cache
+
+
+def prefix_cache_counters(base_url: str) -> dict[str, float] | None:
+    """vLLM's prefix-cache counters (queries, hits: tokens), summed over their label sets, from the `/metrics`
+    beside `base_url`'s API prefix; None when the server has none."""
+    import httpx
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        text = httpx.get(f"{root}/metrics", timeout=10).raise_for_status().text
+    except httpx.HTTPError:
+        return None
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        for name in ("queries", "hits"):
+            metric = f"vllm:prefix_cache_{name}"
+            if line.startswith((f"{metric}_total", f"{metric}{{", f"{metric} ")):
+                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals if "queries" in totals and "hits" in totals else None
 
 
 def main() -> None:
@@ -52,15 +84,25 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--openai", metavar="BASE_URL", help="an OpenAI-compatible server (e.g. vLLM) instead")
+    parser.add_argument("--model", default="", help="with --openai: the served model's name")
     args = parser.parse_args()
+    if args.openai and not args.model:
+        parser.error("--openai needs --model")
 
     from harness.runtime import RoomContext, TurnInput, run_turn
     from harness.spec import parse_files, read_dir
     from serving.backends.local import LocalBackend
+    from serving.backends.openai import OpenAIBackend
 
     spec = parse_files(read_dir(ROOT / "harness/demo/avatar"))
     room = RoomContext.from_dict(json.loads((ROOT / "harness/demo/room.json").read_text()))
-    backend = CountingBackend(LocalBackend(n_threads=args.threads), args.max_tokens)
+    if args.openai:
+        inner, label = OpenAIBackend(args.openai, args.model, timeout_s=600), f"{args.model} at {args.openai}"
+    else:
+        inner, label = LocalBackend(n_threads=args.threads), f"SmolLM2-135M Q4_1 on llama.cpp ({args.threads} threads)"
+    backend = CountingBackend(inner, args.max_tokens)
+    counters_before = prefix_cache_counters(args.openai) if args.openai else None
 
     async def room_turns():
         dialogue: list[tuple[str, str]] = []
@@ -79,7 +121,10 @@ def main() -> None:
         return rows
 
     rows = asyncio.run(room_turns())
-    print(f"demo harness, SmolLM2-135M Q4_1 on llama.cpp ({args.threads} threads), replies ≤ {args.max_tokens} tokens")
+    print(f"demo harness, {label}, replies ≤ {args.max_tokens} tokens")
+    if not backend.reported:
+        print("the server did not say how many prompt tokens it took from a cache (for vLLM: start it with "
+              "--enable-prompt-tokens-details); the shares below count none")
     print("| turn | model calls | prompt tokens | from cache | share | wall | outcome |")
     print("|---|---|---|---|---|---|---|")
     for turn, calls, prompt, cached, wall, outcome in rows:
@@ -95,6 +140,14 @@ def main() -> None:
     if later:
         prompt, cached = sum(r[2] for r in later), sum(r[3] for r in later)
         print(f"  turns 2..{len(rows)} (the room's prefix already cached): {cached / prompt:.1%}")
+    if args.openai:
+        after = prefix_cache_counters(args.openai)
+        if counters_before is None or after is None:
+            print("the server's /metrics has no vLLM prefix-cache counters")
+        else:
+            queries, hits = after["queries"] - counters_before["queries"], after["hits"] - counters_before["hits"]
+            share = f"{hits / queries:.1%}" if queries else "no queries"
+            print(f"vLLM's prefix cache over the run (/metrics): {hits:.0f} of {queries:.0f} prompt tokens = {share}")
 
 
 if __name__ == "__main__":

@@ -206,9 +206,13 @@ def completion_chunks(response: ModelResponse, model: str, completion_id: str,
                "choices": [], "usage": _usage(response)}
 
 
-def _usage(response: ModelResponse) -> dict[str, int]:
-    return {"prompt_tokens": response.tokens_in, "completion_tokens": response.tokens_out,
-            "total_tokens": response.tokens_in + response.tokens_out}
+def _usage(response: ModelResponse) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": response.tokens_in, "completion_tokens": response.tokens_out,
+                             "total_tokens": response.tokens_in + response.tokens_out}
+    cached = (response.raw or {}).get("cached_tokens")
+    if isinstance(cached, int):  # the local backend's prompt tokens taken from llama.cpp's cache, as OpenAI and
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}  # vLLM (--enable-prompt-tokens-details) say it
+    return usage
 
 
 def _option(text: str) -> tuple[str, Any]:

@@ -7,9 +7,9 @@ import socket
 import httpx
 import pytest
 
-from serving.backends import BackendError, ToolCall
+from serving.backends import BackendError, ModelResponse, ToolCall
 from serving.backends.openai import OpenAIBackend, close_shared_clients
-from serving.openai_compat import ARGUMENT_PIECE_CHARS
+from serving.openai_compat import ARGUMENT_PIECE_CHARS, _usage
 from serving.vllm import check_health
 
 USER = [{"role": "user", "content": "Is the red scarf in stock?"}]
@@ -200,3 +200,11 @@ def test_a_burst_of_concurrent_requests_is_answered_not_reset(scripted_server):
 
     outcomes = asyncio.run(burst())
     assert outcomes == [200] * 64, [o for o in outcomes if o != 200][:3]
+
+
+def test_usage_names_the_prompt_tokens_the_backend_took_from_its_cache_as_openai_and_vllm_do():
+    assert _usage(ModelResponse(tokens_in=10, tokens_out=2)) == {"prompt_tokens": 10, "completion_tokens": 2,
+                                                                  "total_tokens": 12}
+    cached = _usage(ModelResponse(tokens_in=10, tokens_out=2, raw={"cached_tokens": 7}))
+    assert cached["prompt_tokens_details"] == {"cached_tokens": 7} and cached["total_tokens"] == 12
+
