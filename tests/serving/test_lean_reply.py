@@ -122,6 +122,43 @@ def test_the_everyday_reply_is_answered_on_the_loop_as_django_answers_it(platfor
     assert two.harness_version_id == harness.head_id
 
 
+def test_a_warm_reply_asks_postgresql_for_its_room_and_its_trace_and_redis_for_its_admission_only(
+        platform, monkeypatch):
+    """The everyday reply's cost in round trips, which no benchmark's noise hides: once the label, the room and
+    the prompt parts are remembered, a reply is one SELECT (the room, sent back only if it changed), one
+    EVALSHA (admission) and one INSERT (its trace) - nothing on Django's connections (the platform fixture)."""
+    import psycopg
+
+    from serving import lean_reply
+    from serving.redis_loop import LoopRedis
+
+    asked: list[str] = []
+    execute, sent, answer = psycopg.AsyncConnection.execute, LoopRedis._sent, lean_reply._answer
+
+    async def counted_execute(self, query, *args, **kwargs):
+        asked.append(str(query).split(None, 1)[0].upper())
+        return await execute(self, query, *args, **kwargs)
+
+    def counted_sent(self, command):
+        asked.append(command[0].decode())
+        return sent(self, command)
+
+    async def counted_answer(*args, **kwargs):
+        try:
+            return await answer(*args, **kwargs)
+        finally:
+            asked.append("|")  # the request's statements are all asked by now: its trace is stored first
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted_execute)
+    monkeypatch.setattr(LoopRedis, "_sent", counted_sent)
+    monkeypatch.setattr(lean_reply, "_answer", counted_answer)
+    answers = asgi([(REPLY, {**HELLO, "viewer_id": f"v{i}"}, bearer(platform)) for i in range(4)])
+
+    assert [a["status"] for a in answers] == [200] * 4 and [a["django"] for a in answers] == [True] + [False] * 3
+    per_request = "".join(f" {word}" for word in asked).split(" |")[:4]
+    assert [request.split() for request in per_request[2:]] == [["SELECT", "EVALSHA", "INSERT"]] * 2, asked
+
+
 def test_every_other_request_reaches_django_with_its_body(platform, client, settings, workspace, demo_files):
     """Each is answered exactly as Django's route answers it through the test client."""
     Room.objects.create(workspace=workspace, room_id="bare", title="Bare", context=ROOM)  # no harness assigned
