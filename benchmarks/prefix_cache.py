@@ -41,11 +41,12 @@ MESSAGES = [
 
 
 class CountingBackend:
-    """The local backend, recording each call's prompt tokens and the tokens reused from llama.cpp's cache."""
+    """A backend (local, or an OpenAI-compatible server), recording each call's prompt tokens and those taken from a cache."""
 
     def __init__(self, inner, max_tokens: int):
         self.inner, self.max_tokens, self.name = inner, max_tokens, inner.name
         self.calls: list[tuple[int, int]] = []
+        self.reported = False  # whether any call said how many of its prompt tokens came from a cache
 
     async def complete(self, messages, tools, *, max_tokens=512, temperature=0.0, tool_choice="auto"):
         response = await self.inner.complete(messages, tools, max_tokens=min(max_tokens, self.max_tokens),
@@ -56,8 +57,6 @@ class CountingBackend:
         self.reported = self.reported or isinstance(cached, int)
         self.calls.append((response.tokens_in, cached if isinstance(cached, int) else 0))
         return response
-
-    reported = False  # whether any call said how many of its prompt tokens came from a cache
 
 
 def prefix_cache_counters(base_url: str) -> dict[str, float] | None:

@@ -207,4 +207,3 @@ def test_usage_names_the_prompt_tokens_the_backend_took_from_its_cache_as_openai
                                                                   "total_tokens": 12}
     cached = _usage(ModelResponse(tokens_in=10, tokens_out=2, raw={"cached_tokens": 7}))
     assert cached["prompt_tokens_details"] == {"cached_tokens": 7} and cached["total_tokens"] == 12
-
