@@ -42,7 +42,7 @@ def token_key(harness_id: int) -> str:
     return f"routing:{harness_id}"
 
 
-def _new_token() -> int:
+def new_token() -> int:
     return secrets.randbits(62) + 1  # never 0, which stands for "no token"
 
 
@@ -81,7 +81,7 @@ def routing_token(harness_id: int) -> int:
     key = token_key(harness_id)
     token = cache.get(key)
     if token is None:
-        cache.add(key, _new_token(), timeout=None)
+        cache.add(key, new_token(), timeout=None)
         token = cache.get(key) or 0  # 0 (cache unavailable) never matches a stored token below
     if known is not None and token:
         known[harness_id] = token
@@ -89,9 +89,15 @@ def routing_token(harness_id: int) -> int:
 
 
 def routing_changed(harness_id: int) -> None:
-    """Call inside the transaction that changes a harness's labels or experiments."""
+    """Call inside the transaction that changes a harness's labels or experiments (or its row)."""
+    token_replaced(token_key(harness_id))
+
+
+def token_replaced(key: str) -> None:
+    """Replace the token under `key` now and again after the commit (see the module's docstring); call inside
+    the transaction that changes what the token stands for."""
     def replace() -> None:
-        cache.set(token_key(harness_id), _new_token(), timeout=None)
+        cache.set(key, new_token(), timeout=None)
 
     replace()
     transaction.on_commit(replace)

@@ -87,6 +87,7 @@ def version_commit(
         )
         locked.head = version
         locked.save(update_fields=["head"])
+        routing_changed(locked.pk)  # the harness's row: the rooms the reply route keeps with it are read again
         harness.head = version
         audit_record(actor=actor, workspace=harness.workspace, action="version.commit", target_type="harness_version",
                      target_id=version.pk, target_label=str(version),

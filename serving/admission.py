@@ -17,12 +17,21 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 from console.access import API_ACCESS_GENERATION
 from harness import routing
 from serving import redis_loop
+from serving.selectors import room_token_key
 
-# SET NX + INCR is what Django's cache.add + cache.incr did, without the eviction race between them.
+# SET NX + INCR is what Django's cache.add + cache.incr did, without the eviction race between them. The
+# tokens (KEYS[3] on) are made when missing (ARGV[2], a fresh one), as `routing.routing_token` makes them: what a
+# process keeps under a token must not answer again once the token was lost (evicted, flushed) and written anew.
 _ADMIT = """
 redis.call('SET', KEYS[1], 0, 'NX', 'EX', ARGV[1])
-local out = {redis.call('INCR', KEYS[1])}
-for i = 2, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
+local out = {redis.call('INCR', KEYS[1]), redis.call('GET', KEYS[2])}
+for i = 3, #KEYS do
+  out[i] = redis.call('GET', KEYS[i])
+  if not out[i] then
+    redis.call('SET', KEYS[i], ARGV[2])
+    out[i] = ARGV[2]
+  end
+end
 return out
 """
 _ADMIT_SHA = redis_loop.script_sha(_ADMIT)
@@ -39,6 +48,7 @@ class Admission:
     over_limit: bool
     keys_generation: int  # 0: unknown
     routing_tokens: dict[int, int] = field(default_factory=dict)  # harness id → token, for routing.tokens_read
+    room_token: int = 0  # the room's (serving.selectors.room_token_key), when asked for; 0: unknown
 
 
 def _redis_script():
@@ -67,27 +77,32 @@ def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> A
         return Admission(over_limit=rate_limit_hit(key=key, limit_per_minute=limit_per_minute),
                          keys_generation=cache.get(API_ACCESS_GENERATION) or 0)
     keys = _admit_keys(key, harness_id)
-    return _admission(_redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S]), limit_per_minute, harness_id)
-
-
-async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int) -> Admission:
-    """`reply_admit` on the event loop (serving.lean_reply): the loop's own pipelined connection
-    (serving.redis_loop), or redis-py's asyncio client for a URL it does not take; needs REDIS_URL."""
-    keys = _admit_keys(key, harness_id, _process_cache().make_key)
-    if redis_loop.supported(settings.REDIS_URL):
-        client = await redis_loop.loop_redis(settings.REDIS_URL)
-        replies = await client.script(_ADMIT, _ADMIT_SHA, keys, [WINDOW_TIMEOUT_S])
-    else:
-        replies = await _async_script()(keys=keys, args=[WINDOW_TIMEOUT_S])
+    replies = _redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S, routing.new_token()])
     return _admission(replies, limit_per_minute, harness_id)
 
 
-def _admit_keys(key: str, harness_id: int | None, make_key=None) -> list[str]:
+async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int | None,
+                            room: tuple[int, str]) -> Admission:
+    """`reply_admit` on the event loop (serving.lean_reply), which reads the token of `room` (workspace id,
+    room id) too: the loop's own pipelined connection (serving.redis_loop), or redis-py's asyncio client for a
+    URL it does not take; needs REDIS_URL."""
+    keys = _admit_keys(key, harness_id, _process_cache().make_key, room_token_key(*room))
+    args = [WINDOW_TIMEOUT_S, routing.new_token()]
+    if redis_loop.supported(settings.REDIS_URL):
+        client = await redis_loop.loop_redis(settings.REDIS_URL)
+        replies = await client.script(_ADMIT, _ADMIT_SHA, keys, args)
+    else:
+        replies = await _async_script()(keys=keys, args=args)
+    *replies, room_token = replies
+    return _admission(replies, limit_per_minute, harness_id, room_token=_number(room_token))
+
+
+def _admit_keys(key: str, harness_id: int | None, make_key=None, *more: str) -> list[str]:
     names = [f"ratelimit:{key}:{int(time.time() // 60)}", API_ACCESS_GENERATION]
     if harness_id is not None:
         names.append(routing.token_key(harness_id))
     make_key = make_key or cache.make_key  # this context's cache unless the caller brings one
-    return [make_key(name) for name in names]
+    return [make_key(name) for name in (*names, *more)]
 
 
 @functools.cache
@@ -96,10 +111,11 @@ def _process_cache():
     return caches.create_connection(DEFAULT_CACHE_ALIAS)
 
 
-def _admission(replies: list, limit_per_minute: int, harness_id: int | None) -> Admission:
+def _admission(replies: list, limit_per_minute: int, harness_id: int | None, room_token: int = 0) -> Admission:
     count, generation, *token = replies
     tokens = {harness_id: _number(token[0])} if token and _number(token[0]) else {}
-    return Admission(over_limit=count > limit_per_minute, keys_generation=_number(generation), routing_tokens=tokens)
+    return Admission(over_limit=count > limit_per_minute, keys_generation=_number(generation), routing_tokens=tokens,
+                     room_token=room_token)
 
 
 _async_scripts: dict = {}  # event loop → its client's registered script (a client belongs to one loop)

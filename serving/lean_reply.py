@@ -3,9 +3,11 @@
 Through Django, a reply spent most of its CPU outside the turn: the handler and middleware, ninja's
 authentication and body model, and two hops between the event loop and a worker thread (docs/performance.md).
 This ASGI layer answers the everyday request itself, on the loop: a remembered key, a stored room with its
-harness, a route remembered under the token just read (harness.routing), the deployment's model. Its room
-read and trace write go through the loop's own PostgreSQL connections (serving.loop_db) and its admission
-through Redis's asyncio client: one Redis round trip and two statements, as through Django.
+harness, a route remembered under the token just read (harness.routing), the deployment's model. Its admission
+goes through the loop's own Redis connection (serving.redis_loop), and reads the room's token too: a room read
+on this loop under the same tokens a moment ago answers without a query (serving.selectors). Its room reads and
+trace writes go through the loop's own PostgreSQL connections (serving.loop_db): a warm reply is one Redis round
+trip and one statement, its trace.
 
 Every other request, and every reply it cannot answer from memory, it hands to Django unchanged (its body
 replayed) - after the admission, with the admission, so a request is counted once. Each rule and each error
@@ -37,7 +39,7 @@ from serving.model_config import backend_for
 from serving.models import Trace
 from serving.schemas import ReplyIn, ReplyOut
 from serving.selection import select_version
-from serving.selectors import room_route_on_loop
+from serving.selectors import room_harness_kept, room_route_on_loop
 from serving.services import (
     KEY_PREFIX,
     answer_turn,
@@ -149,15 +151,20 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
                                                                                                      workspace):
         raise _HandOver()  # a harness, backend or version named is looked up in the database; 403
     try:
-        room = await room_route_on_loop(workspace.pk, room_id)
-        if room is None or room.harness is None:
-            raise _HandOver()  # Django's 404, or the harness chosen from the workspace's
         admission = await reply_admit_async(key=f"key{key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
-                                            harness_id=room.harness.pk)
+                                            harness_id=room_harness_kept(workspace.pk, room_id),
+                                            room=(workspace.pk, room_id))
     except _UNREACHABLE:
         raise _HandOver() from None  # not counted yet: Django's route admits it
     if admission.over_limit or not admission.keys_generation or admission.keys_generation != generation:
         raise _HandOver(admission)  # Django's 429, or its check of a key whose access may have changed
+    try:
+        room = await room_route_on_loop(workspace.pk, room_id, room_token=admission.room_token,
+                                        routing_tokens=admission.routing_tokens)
+    except _UNREACHABLE:
+        raise _HandOver(admission) from None
+    if room is None or room.harness is None:
+        raise _HandOver(admission)  # Django's 404, or the harness chosen from the workspace's
     try:
         with tokens_read(admission.routing_tokens), from_memory():
             selection = select_version(harness=room.harness, viewer_id=payload.viewer_id, room_id=room_id,

@@ -2,8 +2,11 @@
 
 import asyncio
 import json
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection
@@ -69,12 +72,49 @@ _LOOP_ROOMS_MAX = 256
 _loop_rooms: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
 
 
-async def room_route_on_loop(workspace_id: int, room_id: str) -> RoomRoute | None:
-    """`room_route` from the event loop (serving.loop_db; PostgreSQL only); the context is read again only when
-    the room's row changed. The requests for a room that arrive while its read runs share the next read
-    (serving.gathering: a read that started after each of them asked), and each builds its own route from it."""
-    loop = asyncio.get_running_loop()
+def room_token_key(workspace_id: int, room_id: str) -> str:
+    """The shared cache's key (before its prefix) of a stored room's token (harness.routing's tokens, for a
+    room): serving.services.room_changed replaces it whenever the room's row changes."""
+    return f"room:{workspace_id}:{room_id}"
+
+
+# How long the route on the loop keeps answering from a room it read while the room's tokens stay the same: a
+# write that does not replace the room's token (psql, a restored database) is seen within this.
+ROOM_KEPT_S = 1.0
+
+
+@dataclass(frozen=True)
+class _Kept:
+    row: tuple  # (context, *the harness's columns)
+    tokens: tuple[int, int]  # the room's token and its harness's routing token when it was read
+    read_at: float  # time.monotonic(), taken before the read
+
+
+_loop_kept: dict[tuple[int, str], _Kept] = {}  # (workspace id, room id) → the room as last read on the loop
+
+
+def room_harness_kept(workspace_id: int, room_id: str) -> int | None:
+    """The harness of the room as last read on the loop: the admission reads its routing token with the room's."""
+    kept = _loop_kept.get((workspace_id, room_id))
+    return None if kept is None else kept.row[1]  # the harness's id, the first of _ROUTE_HARNESS_FIELDS
+
+
+async def room_route_on_loop(workspace_id: int, room_id: str, *, room_token: int = 0,
+                             routing_tokens: Mapping[int, int] = MappingProxyType({})) -> RoomRoute | None:
+    """`room_route` from the event loop (serving.loop_db; PostgreSQL only).
+
+    Given the tokens just read (serving.admission: the room's token, and its harness's routing token), a room
+    read on this loop less than ROOM_KEPT_S ago under the same tokens answers without a query. Otherwise the
+    room is read, its context again only when the room's row changed; the requests for a room that arrive while
+    its read runs share the next read (serving.gathering: a read that started after each of them asked), and
+    each builds its own route from it."""
     key = (workspace_id, room_id)
+    kept = _loop_kept.get(key)
+    if (kept is not None and room_token and kept.tokens == (room_token, routing_tokens.get(kept.row[1], 0))
+            and time.monotonic() - kept.read_at < ROOM_KEPT_S):
+        return _room_route_from(kept.row)
+    read_at = time.monotonic()
+    loop = asyncio.get_running_loop()
     reads = _loop_room_reads.get((loop, key))
     if reads is None:
         if len(_loop_room_reads) >= 4 * _LOOP_ROOMS_MAX:  # rooms seen long ago, and loops that ended
@@ -82,7 +122,14 @@ async def room_route_on_loop(workspace_id: int, room_id: str) -> RoomRoute | Non
                 del _loop_room_reads[stale]
         reads = _loop_room_reads[loop, key] = Gathering(lambda asked: _room_read_on_loop(key, len(asked)))
     row = await reads.submit(None)
-    return None if row is None else _room_route_from(row)
+    if row is None:
+        _loop_kept.pop(key, None)
+        return None
+    if room_token:
+        if len(_loop_kept) >= _LOOP_ROOMS_MAX:
+            _loop_kept.clear()
+        _loop_kept[key] = _Kept(row, (room_token, routing_tokens.get(row[1], 0)), read_at)
+    return _room_route_from(row)
 
 
 _loop_room_reads: dict = {}  # (event loop, (workspace id, room id)) → the room's reads on that loop

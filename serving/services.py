@@ -29,6 +29,7 @@ from console.models import Workspace
 from console.services import audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
+from harness.routing import token_replaced
 from harness.runtime import (
     HttpPolicy,
     RoomContext,
@@ -41,7 +42,7 @@ from harness.runtime import (
 from serving.model_config import backend_for
 from serving.models import ApiKey, Room, Trace
 from serving.selection import Selection, select_version
-from serving.selectors import RoomRoute, room_route
+from serving.selectors import RoomRoute, room_route, room_token_key
 from serving.traces import trace_row, trace_store
 
 KEY_PREFIX = "hok"
@@ -161,8 +162,15 @@ def room_upsert(*, workspace: Workspace, context: dict, harness: Harness | None 
     defaults = {"title": context.get("title", context["room_id"]), "context": context}
     if harness is not None:
         defaults["harness"] = harness
-    room, _ = Room.objects.update_or_create(workspace=workspace, room_id=context["room_id"], defaults=defaults)
+    with transaction.atomic():
+        room, _ = Room.objects.update_or_create(workspace=workspace, room_id=context["room_id"], defaults=defaults)
+        room_changed(workspace.pk, room.room_id)
     return room
+
+
+def room_changed(workspace_id: int, room_id: str) -> None:
+    """Call inside the transaction that writes a room's row: the reply route on the loop reads it again."""
+    token_replaced(room_token_key(workspace_id, room_id))
 
 
 # Replies --------------------------------------------------------------------------------------------

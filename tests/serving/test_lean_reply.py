@@ -122,11 +122,9 @@ def test_the_everyday_reply_is_answered_on_the_loop_as_django_answers_it(platfor
     assert two.harness_version_id == harness.head_id
 
 
-def test_a_warm_reply_asks_postgresql_for_its_room_and_its_trace_and_redis_for_its_admission_only(
-        platform, monkeypatch):
-    """The everyday reply's cost in round trips, which no benchmark's noise hides: once the label, the room and
-    the prompt parts are remembered, a reply is one SELECT (the room, sent back only if it changed), one
-    EVALSHA (admission) and one INSERT (its trace) - nothing on Django's connections (the platform fixture)."""
+def _asked(monkeypatch) -> list[str]:
+    """The statements (PostgreSQL, on the loop's connections) and commands (Redis) the route on the loop asks,
+    in order, with "|" once each request's answer is ready."""
     import psycopg
 
     from serving import lean_reply
@@ -152,11 +150,52 @@ def test_a_warm_reply_asks_postgresql_for_its_room_and_its_trace_and_redis_for_i
     monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted_execute)
     monkeypatch.setattr(LoopRedis, "_sent", counted_sent)
     monkeypatch.setattr(lean_reply, "_answer", counted_answer)
+    return asked
+
+
+def _per_request(asked: list[str]) -> list[list[str]]:
+    return [request.split() for request in "".join(f" {word}" for word in asked).split(" |")[:-1]]
+
+
+def test_a_warm_reply_asks_redis_for_its_admission_and_postgresql_for_its_trace_only(platform, monkeypatch):
+    """The everyday reply's cost in round trips, which no benchmark's noise hides: once the label, the room and
+    the prompt parts are remembered, a reply is one EVALSHA (admission, with the room's token) and one INSERT
+    (its trace) - nothing on Django's connections (the platform fixture). The first reply reads the label
+    through Django's route; the second reads the room once more, now with its harness's token."""
+    asked = _asked(monkeypatch)
     answers = asgi([(REPLY, {**HELLO, "viewer_id": f"v{i}"}, bearer(platform)) for i in range(4)])
 
     assert [a["status"] for a in answers] == [200] * 4 and [a["django"] for a in answers] == [True] + [False] * 3
-    per_request = "".join(f" {word}" for word in asked).split(" |")[:4]
-    assert [request.split() for request in per_request[2:]] == [["SELECT", "EVALSHA", "INSERT"]] * 2, asked
+    assert _per_request(asked)[1:] == [["EVALSHA", "SELECT", "INSERT"]] + [["EVALSHA", "INSERT"]] * 2, asked
+
+
+def test_a_kept_room_is_read_again_once_its_token_is_lost_and_once_it_is_older_than_it_may_be_kept(
+        platform, workspace, monkeypatch):
+    """A room's token lost in Redis (evicted, flushed) is made anew by the admission, so the room kept under the
+    old one is read again; a write that replaces no token (psql, a restored database) is seen after ROOM_KEPT_S."""
+    import time
+
+    from django.core.cache import cache
+
+    from serving import selectors
+
+    asgi([(REPLY, HELLO, bearer(platform))] * 2)  # the label and the room with its harness's token: kept
+    asked = _asked(monkeypatch)
+    cache.delete(selectors.room_token_key(workspace.pk, "demo-room"))
+    assert [a["django"] for a in asgi([(REPLY, HELLO, bearer(platform))] * 2)] == [False, False]
+    assert _per_request(asked) == [["EVALSHA", "SELECT", "INSERT"], ["EVALSHA", "INSERT"]]
+    assert cache.get(selectors.room_token_key(workspace.pk, "demo-room"))  # made by the admission
+
+    monkeypatch.setattr(selectors, "ROOM_KEPT_S", 0.3)
+    Room.objects.filter(workspace=workspace, room_id="demo-room").update(  # no token replaced
+        context={**ROOM, "products": [{**ROOM["products"][0], "price": 79.0}]})
+    asked.clear()
+    time.sleep(0.3)
+    answers = asgi([(REPLY, HELLO, bearer(platform))] * 2)
+    assert _per_request(asked) == [["EVALSHA", "SELECT", "INSERT"], ["EVALSHA", "INSERT"]]
+    prices = [s["result"]["price"] for a in answers for s in Trace.objects.get(trace_id=a["json"]["trace_id"]).data[
+        "steps"] if s.get("name") == "get_product_info_by_link_id"]
+    assert prices == [79.0, 79.0]
 
 
 def test_every_other_request_reaches_django_with_its_body(platform, client, settings, workspace, demo_files):

@@ -39,19 +39,21 @@ def test_the_admission_script_answers_as_redis_py_and_a_burst_of_tasks_shares_on
         client = await loop_redis(REDIS_URL)
         own = [f"{prefix}:own{i}" for i in range(60)]
         answers = await asyncio.gather(
-            *[client.script(_ADMIT, _ADMIT_SHA, [own[i % 3], keys[1], keys[2]], [90]) for i in range(60)])
-        shared = await client.script(_ADMIT, _ADMIT_SHA, keys, [90])
+            *[client.script(_ADMIT, _ADMIT_SHA, [own[i % 3], keys[1], keys[2]], [90, 7]) for i in range(60)])
+        shared = await client.script(_ADMIT, _ADMIT_SHA, keys, [90, 8])
         assert await loop_redis(REDIS_URL) is client  # one connection for the loop
         client.close()
         return answers, shared
 
     try:
         answers, shared = asyncio.run(burst())
-        by_redis_py = plain.register_script(_ADMIT)(keys=keys, args=[90])
+        by_redis_py = plain.register_script(_ADMIT)(keys=keys, args=[90, 9])
     finally:
         plain.delete(*plain.keys(f"{prefix}:*"))
-    assert shared == [1, b"41", None] and by_redis_py == [2, b"41", None]
+    # The token, missing, is made by the first script that reads it (the fresh one it brings), then kept.
+    assert shared == [1, b"41", b"7"] and by_redis_py == [2, b"41", b"7"]
     assert sorted(count for count, _generation, _token in answers) == sorted([*range(1, 21)] * 3)
+    assert {token for _count, _generation, token in answers} == {b"7"}
 
 
 @needs_redis
