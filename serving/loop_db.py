@@ -13,6 +13,10 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 POOL_SIZE = 8  # enough that 32 requests at once seldom wait for a connection
+# A reply waits at most this long for a connection, and a statement runs at most this long, on these connections:
+# requests share statements (serving.gathering), so one stuck statement would otherwise hold every reply behind
+# it. Past either, the caller gets psycopg's error and takes its way out (Django's route; a trace, its rescue).
+DEADLINE_S = 5.0
 
 
 def available() -> bool:
@@ -30,10 +34,13 @@ def preparing_connection():
 
 
 def _params() -> dict:
-    """Django's connection parameters without its own cursor class and type adapters (sync, and JSON as text)."""
+    """Django's connection parameters without its own cursor class and type adapters (sync, and JSON as text),
+    with the statement deadline added to the server options the settings give."""
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)
+    deadline = f"-c statement_timeout={round(DEADLINE_S * 1000)}"
+    params["options"] = f"{params['options']} {deadline}" if params.get("options") else deadline
     return params
 
 
@@ -55,7 +62,7 @@ async def _opened_pool():
     # demand instead, one connection at a time, a fresh server's first burst at 32 waited for six connections in
     # turn: its p99 was 130-184 ms against 82-112 ms opened full (docs/performance.md).
     pool = AsyncConnectionPool(kwargs={**_params(), "autocommit": True}, min_size=POOL_SIZE, max_size=POOL_SIZE,
-                               open=False, name="harnessops-loop", configure=_configured)
+                               timeout=DEADLINE_S, open=False, name="harnessops-loop", configure=_configured)
     await pool.open()
     return pool
 
