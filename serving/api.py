@@ -27,14 +27,20 @@ def _admit(request, room_id: str, harness_name: str | None) -> dict[int, int]:
     admission = getattr(request, "scope", {}).get(HANDED_OVER_ADMISSION) or reply_admit(
         key=f"key{request.api_key.pk}", limit_per_minute=settings.REPLY_RATE_PER_MINUTE,
         harness_id=services.room_harness_hint(request.workspace.pk, room_id, harness_name))
-    if not admission.keys_generation or admission.keys_generation != request.key_generation:
-        # A key was revoked since this one was remembered (or the cache cannot say): ask the database.
-        key, request.key_generation = services.api_key_checked(request.key_token)
-        if key is None or key.pk != request.api_key.pk:
-            raise AuthenticationError()
+    _key_current(request, admission.keys_generation)
     if admission.over_limit:
         raise HttpError(429, f"Rate limit of {settings.REPLY_RATE_PER_MINUTE} replies per minute reached for this key.")
     return admission.routing_tokens
+
+
+def _key_current(request, generation: int) -> None:
+    """Refuse a key remembered by RememberedApiKeyAuth if it was revoked since: `generation` is the current
+    API-access generation (console.access); when it is not the one the key was remembered under (or the cache
+    cannot say), the database decides."""
+    if not generation or generation != request.key_generation:
+        key, request.key_generation = services.api_key_checked(request.key_token)
+        if key is None or key.pk != request.api_key.pk:
+            raise AuthenticationError()
 
 
 def _checked_backend(request, name: str | None) -> str | None:
@@ -102,13 +108,15 @@ def _sse(reply: str, final: dict):
     yield f"event: final\ndata: {json.dumps(final, ensure_ascii=False)}\n\n"
 
 
-@router.post("/events", response={200: EventsOut, **errors(400, 401, 403, 422)})
+@router.post("/events", response={200: EventsOut, **errors(400, 401, 403, 422)}, auth=RememberedApiKeyAuth())
 def ingest_events(request, payload: EventsIn):
     """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
     batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""
+    from console.access import api_access_generation
     from serving.experiments.live import publish_experiment_updates
     from serving.experiments.services import events_ingest
 
+    _key_current(request, api_access_generation())  # one cache read instead of the key's query (≈ 1.3 ms a batch)
     result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events)
     if result.accepted:
         publish_experiment_updates(result.running)

@@ -21,8 +21,9 @@ class ApiKeyAuth(HttpBearer):
 
 class RememberedApiKeyAuth(ApiKeyAuth):
     """The same, from the per-process memo of keys (`api_key_remembered`); sets `request.key_generation`,
-    which the view must compare with the current generation (serving/admission.py) before doing anything:
-    only the reply route, which reads that generation in its one Redis round trip anyway, uses it."""
+    which the view must compare with the current generation before doing anything (serving.api._key_current):
+    the reply route, which reads that generation in its one Redis round trip anyway (serving/admission.py), and
+    the events route, whose batches would otherwise each pay the key's query."""
 
     def authenticate(self, request, token):
         key, generation = api_key_remembered(token)

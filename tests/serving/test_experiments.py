@@ -106,6 +106,31 @@ def test_ingest_needs_the_ingest_scope_and_bounds_batches(client, workspace, set
     assert too_many.status_code == 422
 
 
+def test_an_ingest_key_is_remembered_between_batches_and_refused_by_the_first_batch_after_its_revocation(
+        client, workspace, setup):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from serving.models import ApiKey
+    from serving.services import api_key_revoke
+
+    key, token = api_key_create(actor=SYSTEM, workspace=workspace, name="ingester", scopes=["ingest"])
+
+    def batch():
+        event = {"event_id": uuid.uuid4().hex, "type": "item_page_view", "viewer_id": "v1", "room_id": "demo-room",
+                 "item_id": "L001", "ts": datetime.now(UTC).isoformat()}
+        return client.post("/api/v1/events", json.dumps({"events": [event]}), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    assert batch().status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert batch().status_code == 200
+    selects = [query["sql"] for query in queries.captured_queries if query["sql"].startswith("SELECT")]
+    assert len(selects) == 1 and '"serving_experiment"' in selects[0]  # the running experiments; the key is remembered
+    api_key_revoke(actor=SYSTEM, key=ApiKey.objects.get(pk=key.pk))
+    assert batch().status_code == 401
+
+
 def test_latency_guardrail_stops_and_routes_everyone_to_control(setup):
     experiment, post = setup
     for i in range(6):
