@@ -243,7 +243,7 @@ def room_reply(
     harness_name: str | None = None, label: str | None = None, version: int | None = None,
     backend_name: str | None = None, source: str = Trace.Source.API, spec_override=None,
 ) -> ReplyOutcome:
-    """Answer one viewer message through the agent loop and record its trace (written off the request path).
+    """Answer one viewer message through the agent loop and record its trace (stored before this returns).
 
     `spec_override` runs an unsaved spec (the playground's draft) and records the trace without a version.
     """
