@@ -35,6 +35,17 @@ end
 return out
 """
 _ADMIT_SHA = redis_loop.script_sha(_ADMIT)
+# One token alone, made when missing by the same rule, without counting a request: the reply route on the loop
+# reads a harness's token this way when its admission could not name the harness (a room not read here yet).
+_TOKEN = """
+local token = redis.call('GET', KEYS[1])
+if not token then
+  redis.call('SET', KEYS[1], ARGV[1])
+  token = ARGV[1]
+end
+return token
+"""
+_TOKEN_SHA = redis_loop.script_sha(_TOKEN)
 WINDOW_TIMEOUT_S = 90
 # The ASGI scope key under which serving.lean_reply hands Django's reply route a request it admitted already.
 HANDED_OVER_ADMISSION = "harnessops.reply_admission"  # a one-minute window's counter outlives its minute a little
@@ -87,12 +98,7 @@ async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int 
     room id) too: the loop's own pipelined connection (serving.redis_loop), or redis-py's asyncio client for a
     URL it does not take; needs REDIS_URL."""
     keys = _admit_keys(key, harness_id, _process_cache().make_key, room_token_key(*room))
-    args = [WINDOW_TIMEOUT_S, routing.new_token()]
-    if redis_loop.supported(settings.REDIS_URL):
-        client = await redis_loop.loop_redis(settings.REDIS_URL)
-        replies = await client.script(_ADMIT, _ADMIT_SHA, keys, args)
-    else:
-        replies = await _async_script()(keys=keys, args=args)
+    replies = await _script_on_loop(_ADMIT, _ADMIT_SHA, keys, [WINDOW_TIMEOUT_S, routing.new_token()])
     *replies, room_token = replies
     return _admission(replies, limit_per_minute, harness_id, room_token=_number(room_token))
 
@@ -118,18 +124,36 @@ def _admission(replies: list, limit_per_minute: int, harness_id: int | None, roo
                      room_token=room_token)
 
 
-_async_scripts: dict = {}  # event loop → its client's registered script (a client belongs to one loop)
+async def routing_token_async(harness_id: int) -> int:
+    """The routing token of `harness_id` read on the event loop, made when missing (0: Redis cannot say)."""
+    keys = [_process_cache().make_key(routing.token_key(harness_id))]
+    return _number(await _script_on_loop(_TOKEN, _TOKEN_SHA, keys, [routing.new_token()]))
 
 
-def _async_script():
+async def _script_on_loop(source: str, sha: str, keys: list[str], args: list):
+    """A script's answer on the loop's own pipelined connection (serving.redis_loop), or on redis-py's asyncio
+    client for a URL that it does not take."""
+    if redis_loop.supported(settings.REDIS_URL):
+        client = await redis_loop.loop_redis(settings.REDIS_URL)
+        return await client.script(source, sha, keys, args)
+    return await _async_script(source)(keys=keys, args=args)
+
+
+_async_clients: dict = {}  # event loop → its redis-py client and the scripts registered on it (by source)
+
+
+def _async_script(source: str):
     import asyncio
 
     import redis.asyncio
 
     loop = asyncio.get_running_loop()
-    script = _async_scripts.get(loop)
-    if script is None:
-        for stale in [other for other in _async_scripts if other.is_closed()]:
-            del _async_scripts[stale]
-        script = _async_scripts[loop] = redis.asyncio.Redis.from_url(settings.REDIS_URL).register_script(_ADMIT)
-    return script
+    client = _async_clients.get(loop)
+    if client is None:
+        for stale in [other for other in _async_clients if other.is_closed()]:
+            del _async_clients[stale]
+        client = _async_clients[loop] = (redis.asyncio.Redis.from_url(settings.REDIS_URL), {})
+    redis_client, scripts = client
+    if source not in scripts:
+        scripts[source] = redis_client.register_script(source)
+    return scripts[source]

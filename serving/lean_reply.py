@@ -32,7 +32,7 @@ from harness import selectors as harness_selectors
 from harness.routing import NotRemembered, from_memory, tokens_read
 from harness.runtime import TurnInput, react_baseline_spec
 from serving import loop_db
-from serving.admission import HANDED_OVER_ADMISSION, Admission, reply_admit_async
+from serving.admission import HANDED_OVER_ADMISSION, Admission, reply_admit_async, routing_token_async
 from serving.api import reply_out
 from serving.backends import backend_family
 from serving.model_config import backend_for
@@ -165,8 +165,14 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
         raise _HandOver(admission) from None
     if room is None or room.harness is None:
         raise _HandOver(admission)  # Django's 404, or the harness chosen from the workspace's
+    tokens = admission.routing_tokens
+    if room.harness.pk not in tokens:  # a room not read here before (or no longer kept), or its harness changed
+        try:
+            tokens = {**tokens, room.harness.pk: await routing_token_async(room.harness.pk)}
+        except _UNREACHABLE:
+            raise _HandOver(admission) from None
     try:
-        with tokens_read(admission.routing_tokens), from_memory():
+        with tokens_read(tokens), from_memory():
             selection = select_version(harness=room.harness, viewer_id=payload.viewer_id, room_id=room_id,
                                        label=payload.label)
     except NotRemembered:  # a label or experiment not read since it last changed (or an experiment's arm)

@@ -198,6 +198,22 @@ def test_a_kept_room_is_read_again_once_its_token_is_lost_and_once_it_is_older_t
     assert prices == [79.0, 79.0]
 
 
+def test_a_room_not_kept_here_is_answered_on_the_loop_with_its_harness_token_read_after_it(platform, monkeypatch):
+    """A fresh process, or one whose kept rooms were dropped (more rooms than it keeps): the admission cannot name
+    the room's harness, so its routing token is read once the room is (one more Redis call). The room is then
+    kept without that token (it was read after the row), so the next reply reads the room once more, under both."""
+    from serving import selectors
+
+    asgi([(REPLY, HELLO, bearer(platform))])  # the label, read by Django's route and remembered
+    selectors._loop_kept.clear()
+    asked = _asked(monkeypatch)
+    answers = asgi([(REPLY, {**HELLO, "viewer_id": f"v{i}"}, bearer(platform)) for i in range(3)])
+
+    assert [a["status"] for a in answers] == [200] * 3 and [a["django"] for a in answers] == [False] * 3
+    assert _per_request(asked) == [["EVALSHA", "SELECT", "EVALSHA", "INSERT"], ["EVALSHA", "SELECT", "INSERT"],
+                                   ["EVALSHA", "INSERT"]]
+
+
 def test_every_other_request_reaches_django_with_its_body(platform, client, settings, workspace, demo_files):
     """Each is answered exactly as Django's route answers it through the test client."""
     Room.objects.create(workspace=workspace, room_id="bare", title="Bare", context=ROOM)  # no harness assigned

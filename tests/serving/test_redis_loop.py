@@ -164,3 +164,30 @@ def test_a_silent_or_closed_connection_fails_what_waits_and_the_next_request_con
             await loop_redis(f"redis://{address}")  # nothing listens there now
 
     asyncio.run(run())
+
+
+@needs_redis
+def test_the_admission_and_a_lone_token_read_answer_alike_through_redis_py_and_the_loops_connection(
+        monkeypatch, settings):
+    """A URL the loop's connection does not take (rediss://) goes through redis-py's asyncio client: the same
+    scripts, the same answers. A token made by the admission is the one a lone read finds, and the reverse."""
+    from serving import admission
+
+    settings.REDIS_URL = REDIS_URL
+    harness_id, room = 2**40 + uuid.uuid4().int % 2**20, (2**40, uuid.uuid4().hex)
+
+    async def both():
+        admitted = await admission.reply_admit_async(key=uuid.uuid4().hex, limit_per_minute=5, harness_id=harness_id,
+                                                     room=room)
+        return admitted, await admission.routing_token_async(harness_id), await admission.routing_token_async(
+            harness_id + 1)
+
+    answers = {}
+    for way, supported in (("redis-py", False), ("loop", True)):
+        monkeypatch.setattr(admission.redis_loop, "supported", lambda _url, supported=supported: supported)
+        answers[way] = asyncio.run(both())
+    for admitted, token, other in answers.values():
+        assert not admitted.over_limit and admitted.room_token
+        assert admitted.routing_tokens == {harness_id: token} and other and other != token
+    (first, *tokens_first), (second, *tokens_second) = answers.values()
+    assert tokens_first == tokens_second and first.room_token == second.room_token  # made once, then read
