@@ -13,11 +13,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from console.routing import websocket_urlpatterns  # noqa: E402
-from serving.lean_reply import lean_reply  # noqa: E402
+from serving.lean_reply import lean_reply, reply_path  # noqa: E402
 
 
 def _freeze_what_start_up_loaded() -> None:
-    """Load the URLconf (every view module) and CEL's parser now, then move what start-up made to the
+    """Load the URLconf (every view module, and its reverse map) and CEL's parser now, then move what start-up made to the
     collector's permanent generation. Those ~200,000 objects live as long as the process; left tracked, every
     full collection walks them: 110-170 ms with the event loop stopped, every ~2,500 replies under load, which
     held a whole wave of requests (docs/performance.md). After this a full collection walks only what came
@@ -28,6 +28,7 @@ def _freeze_what_start_up_loaded() -> None:
     from harness.spec.validate import cel_environment
 
     get_resolver().url_patterns  # noqa: B018 (imports the views: loaded lazily, on the first request, otherwise)
+    reply_path()  # the resolver's reverse map, otherwise built by the first request
     cel_environment()  # CEL's parser, otherwise loaded by the first reply's hook conditions
     gc.collect()  # garbage now would otherwise be frozen with the rest, never freed
     gc.freeze()

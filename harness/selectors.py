@@ -12,6 +12,7 @@ from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.runtime.tools import builtin_names, run_supplied_targets
 from harness.simulator import SANDBOX_TARGETS
 from harness.spec import HarnessSpec, SpecDiff, diff_specs, parse_files
+from harness.spec.canonical import hash_files
 
 _SPEC_CACHE: "OrderedDict[str, HarnessSpec]" = OrderedDict()
 _SPEC_CACHE_SIZE = 256
@@ -29,6 +30,10 @@ def version_spec(version: HarnessVersion) -> HarnessSpec:
             _SPEC_CACHE.move_to_end(key)
             return spec
     spec = parse_files(version.files)
+    if hash_files(version.files) == key:
+        # Stored canonical (version_commit stores to_files' output and its hash): that hash is the spec's, known
+        # without dumping the spec back to YAML (its first turn in a process paid 7-22 ms for that).
+        spec.__dict__["content_hash"] = key  # where functools.cached_property keeps it
     with _SPEC_CACHE_LOCK:
         spec = _SPEC_CACHE.setdefault(key, spec)  # another thread may have parsed it meanwhile: keep one
         _SPEC_CACHE.move_to_end(key)

@@ -145,3 +145,22 @@ def test_commit_is_audited_with_before_and_after(harness, actors, demo_files):
 def test_harness_names_are_unique_per_workspace(harness, actors, demo_files, workspace):
     with pytest.raises((services.StoreError, IntegrityError)):
         services.harness_create(actor=actors["operator"], workspace=workspace, name="avatar", files=demo_files)
+
+
+def test_a_stored_versions_spec_knows_its_content_hash_without_dumping_itself_again(harness, monkeypatch):
+    """A version's files are stored canonical with their hash (version_commit), so its parsed spec takes that hash
+    as its own; files that are not canonical (changed behind the store's back) still get theirs computed."""
+    from harness.spec import canonical
+
+    version = harness.head
+    selectors._SPEC_CACHE.clear()
+    dumped = []
+    real_to_files = canonical.to_files
+    monkeypatch.setattr(canonical, "to_files", lambda spec: dumped.append(spec) or real_to_files(spec))
+    assert selectors.version_spec(version).content_hash == version.content_hash and not dumped
+    selectors._SPEC_CACHE.clear()
+    path = next(p for p in sorted(version.files) if p.endswith("SKILL.md"))
+    altered = HarnessVersion(pk=version.pk, content_hash=version.content_hash,
+                             files={**version.files, path: version.files[path] + "\n- changed by hand\n"})
+    assert selectors.version_spec(altered).content_hash != version.content_hash and dumped
+    selectors._SPEC_CACHE.clear()
