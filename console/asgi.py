@@ -13,7 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from console.routing import websocket_urlpatterns  # noqa: E402
-from serving.lean_reply import lean_reply, reply_path  # noqa: E402
+from serving.lean_reply import lean_reply, lifespan, reply_path  # noqa: E402
 
 
 def _freeze_what_start_up_loaded() -> None:
@@ -38,6 +38,7 @@ application = ProtocolTypeRouter(
     {
         "http": lean_reply(django_asgi_app),  # the everyday reply request on the event loop
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "lifespan": lifespan,  # the reply route warmed before the first request (servers that send it: uvicorn)
     }
 )
 _freeze_what_start_up_loaded()

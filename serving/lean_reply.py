@@ -17,6 +17,7 @@ It is on where the deployment has PostgreSQL and Redis (`enabled`); embedded mod
 
 import asyncio
 import json
+import logging
 import re
 from functools import cache
 
@@ -25,20 +26,22 @@ import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
+from django.http import Http404
 from django.http.request import split_domain_port, validate_host
 
 from console.access import READ, Actor, capabilities
 from harness import selectors as harness_selectors
 from harness.routing import NotRemembered, from_memory, tokens_read
 from harness.runtime import TurnInput, react_baseline_spec
-from serving import loop_db
+from serving import loop_db, redis_loop
 from serving.admission import HANDED_OVER_ADMISSION, Admission, reply_admit_async, routing_token_async
 from serving.api import reply_out
 from serving.backends import backend_family
+from serving.experiments.services import experiment_routing
 from serving.model_config import backend_for
-from serving.models import Trace
+from serving.models import Room, Trace
 from serving.schemas import ReplyIn, ReplyOut
-from serving.selection import select_version
+from serving.selection import DEFAULT_LABEL, label_version, select_version
 from serving.selectors import room_harness_kept, room_route_on_loop
 from serving.services import (
     KEY_PREFIX,
@@ -49,6 +52,8 @@ from serving.services import (
     turn_room,
 )
 from serving.traces import trace_row, trace_store_on_loop
+
+log = logging.getLogger(__name__)
 
 # The loop's own PostgreSQL pool or Redis client failing (unreachable, a pool timeout): before the admission
 # Django's route takes the request with its own connections, and answers or reports the failure as it does.
@@ -268,3 +273,54 @@ def _json_headers(length: int, secure: bool) -> list[tuple[bytes, bytes]]:
         headers.append((b"cross-origin-opener-policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY.encode()))
     headers.append((b"x-frame-options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper().encode()))
     return headers
+
+
+# A starting worker reads the routes of this many rooms, the most recently updated, before its first request.
+WARMED_ROOMS = 32
+
+
+async def lifespan(scope, receive, send):
+    """The ASGI lifespan (console.asgi; uvicorn sends it, Daphne does not): the reply route warmed before the
+    first request, and the loop's PostgreSQL connections closed at shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await warm_up()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            try:
+                await loop_db.close_loop_pool()
+            except Exception:  # noqa: BLE001 (the process ends anyway, and its connections with it)
+                log.warning("could not close the loop's connections", exc_info=True)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def warm_up() -> None:
+    """Open this loop's PostgreSQL pool and Redis connection, and read, parse and remember the production version
+    of the harnesses of the WARMED_ROOMS most recently updated rooms, so that a fresh worker's first reply stays
+    on the loop and pays none of it. An optimisation: a failure is logged and start-up goes on."""
+    if not enabled():
+        return
+    try:
+        async with loop_db.loop_connection():
+            pass
+        if redis_loop.supported(settings.REDIS_URL):
+            await redis_loop.loop_redis(settings.REDIS_URL)
+        await sync_to_async(_routes_read, thread_sensitive=False)()
+    except Exception:  # noqa: BLE001 (the first requests just pay it, as without warming)
+        log.warning("could not warm the reply route", exc_info=True)
+
+
+def _routes_read() -> None:
+    try:
+        harnesses = {room.harness_id: room.harness for room in Room.objects.exclude(harness=None)
+                     .select_related("harness").order_by("-updated_at")[:WARMED_ROOMS]}
+        for harness in harnesses.values():
+            experiment_routing(harness)  # what select_version asks first: whether an experiment runs
+            try:
+                harness_selectors.version_spec(label_version(harness, DEFAULT_LABEL))
+            except Http404:  # no production label: its requests name one, or Django's route answers them
+                continue
+    finally:
+        connection.close()  # back to the pool, as at the end of Django's requests

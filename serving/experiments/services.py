@@ -231,10 +231,15 @@ def _routing_experiment(harness: Harness) -> tuple[Experiment, list[Arm]] | None
     return (experiment, list(experiment.arms.select_related("version"))) if experiment is not None else None
 
 
+def experiment_routing(harness: Harness):
+    """The harness's running experiment and its arms, or None; remembered per process until the harness's routing
+    changes (start, stop, delete: harness.routing)."""
+    return remembered(harness.pk, "experiment", lambda: _routing_experiment(harness))
+
+
 @register_experiment_selector
 def experiment_selector(harness: Harness, viewer_id: str, room_id: str) -> Selection | None:
-    # Remembered per process until the harness's routing changes (start, stop, delete: harness.routing).
-    routing = remembered(harness.pk, "experiment", lambda: _routing_experiment(harness))
+    routing = experiment_routing(harness)
     if routing is None:
         return None
     experiment, arms = routing

@@ -214,6 +214,46 @@ def test_a_room_not_kept_here_is_answered_on_the_loop_with_its_harness_token_rea
                                    ["EVALSHA", "INSERT"]]
 
 
+def _lifespan() -> list[str]:
+    """A server's lifespan through the ASGI application: start-up, then shutdown; the messages it sent back."""
+    from console.asgi import application
+
+    inbox, sent = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}], []
+
+    async def receive():
+        return inbox.pop(0)
+
+    async def send(message):
+        sent.append(message["type"])
+
+    asyncio.run(application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
+    return sent
+
+
+def test_a_starting_worker_warms_the_reply_route_so_its_first_reply_stays_on_the_loop(platform, harness):
+    from harness import routing
+    from harness import selectors as harness_selectors
+
+    routing._memo.clear()
+    harness_selectors._SPEC_CACHE.clear()
+    assert _lifespan() == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert harness.head.content_hash in harness_selectors._SPEC_CACHE  # parsed before any request
+    first = asgi([(REPLY, HELLO, bearer(platform))])[0]
+    assert first["status"] == 200 and not first["django"] and first["json"]["harness_version"] == 1
+
+
+def test_a_warm_up_that_fails_still_lets_the_worker_start(platform, monkeypatch, caplog):
+    from serving import lean_reply
+
+    def broken():
+        raise RuntimeError("no database")
+
+    monkeypatch.setattr(lean_reply, "_routes_read", broken)
+    assert _lifespan() == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert "could not warm the reply route" in caplog.text
+    assert asgi([(REPLY, HELLO, bearer(platform))])[0]["status"] == 200  # the first reply just pays it
+
+
 def test_every_other_request_reaches_django_with_its_body(platform, client, settings, workspace, demo_files):
     """Each is answered exactly as Django's route answers it through the test client."""
     Room.objects.create(workspace=workspace, room_id="bare", title="Bare", context=ROOM)  # no harness assigned
