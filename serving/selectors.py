@@ -72,6 +72,16 @@ _LOOP_ROOMS_MAX = 256
 _loop_rooms: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
 
 
+def _room_remembered(memo: dict, key, value) -> None:
+    """`memo[key] = value` in a memo of the loop's that holds at most _LOOP_ROOMS_MAX rooms: the room read longest
+    ago goes (a read puts its room last), so a worker with more live rooms than it keeps loses its coldest rooms,
+    not every room at once."""
+    memo.pop(key, None)
+    while len(memo) >= _LOOP_ROOMS_MAX:
+        del memo[next(iter(memo))]
+    memo[key] = value
+
+
 def room_token_key(workspace_id: int, room_id: str) -> str:
     """The shared cache's key (before its prefix) of a stored room's token (harness.routing's tokens, for a
     room): serving.services.room_changed replaces it whenever the room's row changes."""
@@ -112,6 +122,7 @@ async def room_route_on_loop(workspace_id: int, room_id: str, *, room_token: int
     kept = _loop_kept.get(key)
     if (kept is not None and room_token and kept.tokens == (room_token, routing_tokens.get(kept.row[1], 0))
             and time.monotonic() - kept.read_at < ROOM_KEPT_S):
+        _loop_kept[key] = _loop_kept.pop(key)  # read last
         return _room_route_from(kept.row)
     read_at = time.monotonic()
     loop = asyncio.get_running_loop()
@@ -126,9 +137,7 @@ async def room_route_on_loop(workspace_id: int, room_id: str, *, room_token: int
         _loop_kept.pop(key, None)
         return None
     if room_token:
-        if len(_loop_kept) >= _LOOP_ROOMS_MAX:
-            _loop_kept.clear()
-        _loop_kept[key] = _Kept(row, (room_token, routing_tokens.get(row[1], 0)), read_at)
+        _room_remembered(_loop_kept, key, _Kept(row, (room_token, routing_tokens.get(row[1], 0)), read_at))
     return _room_route_from(row)
 
 
@@ -152,11 +161,10 @@ async def _room_read_on_loop(key: tuple[int, str], asked: int) -> list:
         return [None] * asked
     context, version, *harness = row
     if context is None:  # unchanged since `known`
+        _room_remembered(_loop_rooms, key, known)  # read last
         return [(known[1], *harness)] * asked
     decoded = _context(context.decode() if isinstance(context, bytes) else context)
-    if len(_loop_rooms) >= _LOOP_ROOMS_MAX:
-        _loop_rooms.clear()
-    _loop_rooms[key] = (version, decoded)
+    _room_remembered(_loop_rooms, key, (version, decoded))
     return [(decoded, *harness)] * asked
 
 

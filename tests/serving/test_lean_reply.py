@@ -380,6 +380,36 @@ def test_requests_for_a_room_at_once_share_its_reads_and_each_gets_its_own_route
     assert asyncio.run(_missing_room(workspace.pk)) is None
 
 
+def test_a_worker_with_more_rooms_than_it_keeps_drops_the_room_read_longest_ago(platform, harness, workspace,
+                                                                                 monkeypatch):
+    from serving import selectors
+    from serving.loop_db import close_loop_pool
+
+    for room_id in ("room-b", "room-c"):
+        room_upsert(workspace=workspace, context={**ROOM, "room_id": room_id}, harness=harness)
+    monkeypatch.setattr(selectors, "_LOOP_ROOMS_MAX", 2)
+    selectors._loop_kept.clear()
+    reads = []
+    real = selectors._room_read_on_loop
+
+    async def counted(key, asked):
+        reads.append(key[1])
+        return await real(key, asked)
+
+    monkeypatch.setattr(selectors, "_room_read_on_loop", counted)
+
+    async def visit(room_ids):
+        try:
+            for room_id in room_ids:  # the same tokens throughout: only room 3 evicts
+                await selectors.room_route_on_loop(workspace.pk, room_id, room_token=5, routing_tokens={harness.pk: 7})
+        finally:
+            await close_loop_pool()
+
+    asyncio.run(visit(["demo-room", "room-b", "demo-room", "room-c", "demo-room", "room-b"]))
+    assert reads == ["demo-room", "room-b", "room-c", "room-b"]  # demo-room, read last, stays; room-b goes
+    assert len(selectors._loop_kept) == len(selectors._loop_rooms) == 2
+
+
 async def _missing_room(workspace_id):
     from serving.loop_db import close_loop_pool
     from serving.selectors import room_route_on_loop
