@@ -19,13 +19,11 @@ from harness import routing
 from serving import redis_loop
 from serving.selectors import room_token_key
 
-# SET NX + INCR is what Django's cache.add + cache.incr did, without the eviction race between them. The
-# tokens (KEYS[3] on) are made when missing (ARGV[2], a fresh one), as `routing.routing_token` makes them: what a
-# process keeps under a token must not answer again once the token was lost (evicted, flushed) and written anew.
-_ADMIT = """
-redis.call('SET', KEYS[1], 0, 'NX', 'EX', ARGV[1])
-local out = {redis.call('INCR', KEYS[1]), redis.call('GET', KEYS[2])}
-for i = 3, #KEYS do
+# The tokens from KEYS[first] on, each made when missing (ARGV[2], a fresh one), as `routing.routing_token` makes
+# them: what a process keeps under a token must not answer again once the token was lost (evicted, flushed) and
+# written anew.
+_TOKENS_READ = """
+for i = {first}, #KEYS do
   out[i] = redis.call('GET', KEYS[i])
   if not out[i] then
     redis.call('SET', KEYS[i], ARGV[2])
@@ -34,18 +32,17 @@ for i = 3, #KEYS do
 end
 return out
 """
+# SET NX + INCR is what Django's cache.add + cache.incr did, without the eviction race between them; then the
+# API-access generation and the tokens.
+_ADMIT = """
+redis.call('SET', KEYS[1], 0, 'NX', 'EX', ARGV[1])
+local out = {redis.call('INCR', KEYS[1]), redis.call('GET', KEYS[2])}
+""" + _TOKENS_READ.format(first=3)
 _ADMIT_SHA = redis_loop.script_sha(_ADMIT)
-# One token alone, made when missing by the same rule, without counting a request: the reply route on the loop
-# reads a harness's token this way when its admission could not name the harness (a room not read here yet).
-_TOKEN = """
-local token = redis.call('GET', KEYS[1])
-if not token then
-  redis.call('SET', KEYS[1], ARGV[1])
-  token = ARGV[1]
-end
-return token
-"""
-_TOKEN_SHA = redis_loop.script_sha(_TOKEN)
+# Tokens alone, without counting a request: the reply route on the loop reads a harness's token this way when its
+# admission could not name the harness (a room not read here yet). ARGV[1] is unused, as in _ADMIT's place.
+_TOKENS = "local out = {}\n" + _TOKENS_READ.format(first=1)
+_TOKENS_SHA = redis_loop.script_sha(_TOKENS)
 WINDOW_TIMEOUT_S = 90
 # The ASGI scope key under which serving.lean_reply hands Django's reply route a request it admitted already.
 HANDED_OVER_ADMISSION = "harnessops.reply_admission"  # a one-minute window's counter outlives its minute a little
@@ -127,7 +124,8 @@ def _admission(replies: list, limit_per_minute: int, harness_id: int | None, roo
 async def routing_token_async(harness_id: int) -> int:
     """The routing token of `harness_id` read on the event loop, made when missing (0: Redis cannot say)."""
     keys = [_process_cache().make_key(routing.token_key(harness_id))]
-    return _number(await _script_on_loop(_TOKEN, _TOKEN_SHA, keys, [routing.new_token()]))
+    (token,) = await _script_on_loop(_TOKENS, _TOKENS_SHA, keys, [0, routing.new_token()])
+    return _number(token)
 
 
 async def _script_on_loop(source: str, sha: str, keys: list[str], args: list):

@@ -7,6 +7,7 @@ from django.http import StreamingHttpResponse
 from ninja import Router
 from ninja.errors import AuthenticationError, HttpError
 
+from console.access import api_access_generation
 from console.schemas import errors, reject_unknown_query
 from harness.routing import tokens_read
 from harness.runtime import TurnResult, reply_chunks
@@ -112,7 +113,6 @@ def _sse(reply: str, final: dict):
 def ingest_events(request, payload: EventsIn):
     """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
     batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""
-    from console.access import api_access_generation
     from serving.experiments.live import publish_experiment_updates
     from serving.experiments.services import events_ingest
 
