@@ -2,6 +2,7 @@
 with incremental rollups, and the auto-stop guardrail."""
 
 import json
+import re
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -278,6 +279,8 @@ def _parse_ts(value) -> datetime | None:
     return ts
 
 
+# A time with its offset in RFC 3339's one form, which PostgreSQL and Python read alike.
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)", re.ASCII).fullmatch
 _REQUIRED = ("event_id", "type", "viewer_id", "room_id", "ts")
 _TEXT_LIMITS = (("event_id", 100), ("viewer_id", 128), ("room_id", 100), ("item_id", 100))
 
@@ -298,25 +301,40 @@ def _text_error(key: str, value: str, limit: int) -> str:
 
 
 def _validate(raw, now: datetime) -> tuple[dict | None, str]:
-    if not isinstance(raw, dict):
-        return None, "must be an object"
-    if not (raw.get("event_id") and raw.get("type") and raw.get("viewer_id") and raw.get("room_id") and raw.get("ts")):
-        return None, f"missing {', '.join(k for k in _REQUIRED if not raw.get(k))}"
-    if raw["type"] not in EVENT_TYPES:
-        return None, f"type must be one of {', '.join(EVENT_TYPES)}"
-    ts = _parse_ts(raw["ts"])
+    """The event as stored, or why it cannot be. The usual event (an object of short ASCII text and an
+    ISO-8601 time) takes the first path; anything else takes `_invalid` or the field-by-field checks, for the
+    message. Validation was a quarter of the server's time on a batch."""
+    try:
+        event_id, kind, viewer_id, room_id, when = (raw["event_id"], raw["type"], raw["viewer_id"], raw["room_id"],
+                                                    raw["ts"])
+    except (KeyError, TypeError):  # not an object, or a field missing
+        return None, _invalid(raw)
+    if not (event_id and kind and viewer_id and room_id and when) or kind not in EVENT_TYPES:
+        return None, _invalid(raw)
+    ts = ts_text = None
+    if when.__class__ is str:
+        try:
+            ts = datetime.fromisoformat(when)  # what Django's parse_datetime tries first, without its wrapping
+        except ValueError:
+            pass
+        else:
+            if ts.tzinfo is None:
+                ts = ts.replace(tzinfo=UTC)
+            elif _RFC3339(when):  # PostgreSQL reads this form as Python does: sent as written (isoformat: 0.8 µs)
+                ts_text = when
     if ts is None:
-        return None, "ts must be an ISO-8601 time or epoch seconds"
+        ts = _parse_ts(when)
+        if ts is None:
+            return None, "ts must be an ISO-8601 time or epoch seconds"
     if ts > now + CLOCK_SKEW:
         return None, f"ts is in the future (more than {CLOCK_SKEW.seconds} s ahead of the server)"
     if ts < now - MAX_EVENT_AGE:
         return None, f"ts is older than {MAX_EVENT_AGE.days} days"
     item = raw.get("item_id")
-    event = {"event_id": str(raw["event_id"]), "type": raw["type"], "viewer_id": str(raw["viewer_id"]),
-             "room_id": str(raw["room_id"]), "item_id": "" if item is None else str(item), "ts": ts,
-             "ts_text": ts.isoformat()}  # what PostgreSQL is sent (COPY, the fold), made once
-    # The usual event's text is short ASCII without NUL, checked for the four fields at once (a third of a
-    # batch's validation); anything else is checked field by field, for the message.
+    event = {"event_id": str(event_id), "type": kind, "viewer_id": str(viewer_id), "room_id": str(room_id),
+             "item_id": "" if item is None else str(item), "ts": ts,
+             "ts_text": ts_text or ts.isoformat()}  # what PostgreSQL is sent (COPY, the fold), made once
+    # The four texts checked at once: short ASCII without NUL is the usual event.
     text = f"{event['event_id']}{event['viewer_id']}{event['room_id']}{event['item_id']}"
     if (len(event["event_id"]) > 100 or len(event["viewer_id"]) > 128 or len(event["room_id"]) > 100
             or len(event["item_id"]) > 100 or not text.isascii() or "\x00" in text):
@@ -325,6 +343,16 @@ def _validate(raw, now: datetime) -> tuple[dict | None, str]:
             if error:
                 return None, error
     return event, ""
+
+
+def _invalid(raw) -> str:
+    """Why an item is not an event of a known type with every required field."""
+    if not isinstance(raw, dict):
+        return "must be an object"
+    missing = [key for key in _REQUIRED if not raw.get(key)]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    return f"type must be one of {', '.join(EVENT_TYPES)}"
 
 
 def _outside_window(event: dict, experiments: list[Experiment]) -> str:
@@ -365,19 +393,54 @@ def events_ingest(*, actor: Actor, workspace: Workspace, events: list) -> Ingest
     # One global lock order, so concurrent batches cannot deadlock: event ids (sorted), then per running
     # experiment (by pk) its exposures by viewer, then its rollups by (arm, bucket).
     valid.sort(key=lambda e: e["event_id"])  # code point order = UTF-8 byte order = COLLATE "C"
-    with transaction.atomic():
-        new = _insert_new(workspace, valid, now)
-        views = [e for e in new if e["type"] == "item_page_view"]
-        for experiment in running if views else ():
-            mine = [e for e in views if not experiment.rooms or e["room_id"] in experiment.rooms]
-            if mine:
-                (_fold_postgresql if connection.vendor == "postgresql" else _fold_python)(experiment, mine)
+    try:
+        new = _store_and_fold(workspace, valid, running, now, copy=connection.vendor == "postgresql")
+    except _IdStoredBefore:  # the COPY met an id stored before (a retry, an overlapping batch): nothing was kept
+        new = _store_and_fold(workspace, valid, running, now, copy=False)
     result.accepted = len(new)
     result.duplicates += len(valid) - len(new)
     return result
 
 
+class _IdStoredBefore(Exception):
+    pass
+
+
+def _store_and_fold(workspace: Workspace, events: list[dict], running: list[Experiment], now: datetime, *,
+                    copy: bool) -> list[dict]:
+    """One transaction: the events stored (all of them by COPY, which fails on an id stored before; or the new
+    ones only) and the new item-page views folded into the running experiments; the events stored returned."""
+    with transaction.atomic():
+        if copy:
+            _copy_all(workspace, events, now)
+            new = events
+        else:
+            new = _insert_new(workspace, events, now)
+        views = [e for e in new if e["type"] == "item_page_view"]
+        for experiment in running if views else ():
+            mine = [e for e in views if not experiment.rooms or e["room_id"] in experiment.rooms]
+            if mine:
+                (_fold_postgresql if connection.vendor == "postgresql" else _fold_python)(experiment, mine)
+    return new
+
+
 _EVENT_COLUMNS = "workspace_id, event_id, type, viewer_id, room_id, item_id, ts, received_at"
+
+
+def _copy_all(workspace: Workspace, events: list[dict], now: datetime) -> None:
+    """COPY every event into the table, or raise _IdStoredBefore, the transaction then being lost.
+
+    Usually every id is new, and PostgreSQL batches COPY's heap and WAL writes (an INSERT … ON CONFLICT inserts
+    row by row, 4–5× slower here). The COPY comes first in its transaction, so an id stored before costs a
+    second transaction rather than every batch a savepoint's two round trips. Rows go in id order, so batches
+    sharing ids wait on each other's index entries in one order."""
+    import psycopg
+
+    try:
+        with _bound_cursor() as cursor, cursor.copy(f"COPY serving_event ({_EVENT_COLUMNS}) FROM STDIN") as copy:
+            copy.write(_copy_text(workspace.pk, events, now))
+    except psycopg.errors.UniqueViolation as error:
+        raise _IdStoredBefore from error
 
 
 def _insert_new(workspace: Workspace, events: list[dict], now: datetime) -> list[dict]:
@@ -392,20 +455,7 @@ def _insert_new(workspace: Workspace, events: list[dict], now: datetime) -> list
                                              type=e["type"], viewer_id=e["viewer_id"], room_id=e["room_id"],
                                              item_id=e["item_id"], ts=e["ts"]) for e in new])
             return new
-    import psycopg
-
-    # Usually every id is new: COPY them straight into the table (PostgreSQL batches COPY's heap and WAL
-    # writes; an INSERT … ON CONFLICT inserts row by row, 4–5× slower here). One id already stored (a retry,
-    # an overlapping batch) fails the COPY: its savepoint is undone and the batch takes the row-by-row path.
-    # Rows go in id order, so batches sharing ids wait on each other's index entries in one order.
     with _bound_cursor() as cursor:
-        try:
-            with transaction.atomic():
-                with cursor.copy(f"COPY serving_event ({_EVENT_COLUMNS}) FROM STDIN") as copy:
-                    copy.write(_copy_text(workspace.pk, events, now))
-            return events
-        except psycopg.errors.UniqueViolation:
-            pass
         cursor.execute(
             f"INSERT INTO serving_event ({_EVENT_COLUMNS}) "
             "SELECT %s, e->>0, e->>1, e->>2, e->>3, e->>4, (e->>5)::timestamptz, %s "

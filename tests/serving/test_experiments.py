@@ -4,7 +4,7 @@ incremental rollups, the snapshot's statistics and the auto-stop guardrail."""
 import json
 import random
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -191,9 +191,31 @@ def _rollup_sums(experiment):
     return sum(r.sum_y for r in rollups), sum(r.sum_y2 for r in rollups)
 
 
+def test_each_way_of_writing_one_instant_is_stored_and_bucketed_as_that_instant(setup):
+    """RFC 3339 times go to PostgreSQL as written; other ISO-8601 forms (basic, week dates, offsets without a
+    colon, no offset = UTC, a space for T) and epoch seconds are rewritten first. Each is the same instant."""
+    experiment, post = setup
+    reply(post, "i1")
+    at = (datetime.now(UTC) + timedelta(seconds=1)).replace(microsecond=250000)
+    india = at.astimezone(timezone(timedelta(hours=5, minutes=30)))
+    year, week, day = at.isocalendar()
+    forms = [at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), india.isoformat(), at.strftime("%Y%m%dT%H%M%S.%f+0000"),
+             india.strftime("%Y-%m-%dT%H:%M:%S.%f+0530"), f"{year}-W{week:02d}-{day}T{at:%H:%M:%S.%f}+00:00",
+             at.strftime("%Y-%m-%d %H:%M:%S.%f"), at.timestamp()]
+    events = _views(["i1"] * len(forms))
+    for event, form in zip(events, forms):
+        event["ts"] = form
+    body = post("/api/v1/events", {"events": events}).json()
+    assert (body["accepted"], body["errors"]) == (len(forms), [])
+    assert set(Event.objects.filter(workspace=experiment.workspace).values_list("ts", flat=True)) == {at}
+    assert Exposure.objects.get(experiment=experiment, viewer_id="i1").ipv == len(forms)
+    assert _rollup_sums(experiment) == (len(forms), len(forms) ** 2)
+
+
 def test_a_batch_overlapping_a_stored_one_counts_only_its_new_views(setup):
     """The first batch goes in by COPY; the second repeats half of it, so its COPY fails on the first stored
-    id and it takes the row-by-row path: only the new half is stored and folded."""
+    id, its transaction is undone and it goes again on the row-by-row path: only the new half is stored and
+    folded, once."""
     experiment, post = setup
     viewers = [f"o{i}" for i in range(10)]
     for viewer in viewers:
