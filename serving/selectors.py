@@ -179,8 +179,8 @@ def _context(text: str) -> dict[str, Any]:
     context = _contexts.get(text)
     if context is None:
         context = json.loads(text)
-        if len(_contexts) >= _CONTEXTS_MAX:
-            _contexts.clear()
+        if len(_contexts) >= _CONTEXTS_MAX:  # the one decoded longest ago goes, not every room's at once
+            del _contexts[next(iter(_contexts))]
         _contexts[text] = context
     return context
 

@@ -410,6 +410,18 @@ def test_a_worker_with_more_rooms_than_it_keeps_drops_the_room_read_longest_ago(
     assert len(selectors._loop_kept) == len(selectors._loop_rooms) == 2
 
 
+
+def test_decoded_contexts_beyond_the_limit_drop_the_one_decoded_longest_ago(monkeypatch):
+    from serving import selectors
+
+    monkeypatch.setattr(selectors, "_CONTEXTS_MAX", 2)
+    monkeypatch.setattr(selectors, "_contexts", {})
+    first = selectors._context('{"room": 1}')
+    selectors._context('{"room": 2}')
+    assert selectors._context('{"room": 1}') is first  # shared while kept
+    selectors._context('{"room": 3}')
+    assert list(selectors._contexts) == ['{"room": 2}', '{"room": 3}']  # room 1 goes, room 2 stays
+
 async def _missing_room(workspace_id):
     from serving.loop_db import close_loop_pool
     from serving.selectors import room_route_on_loop
