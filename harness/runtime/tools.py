@@ -17,22 +17,23 @@ the workspace allow-lists the host; a non-empty allowlist also limits public hos
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import ipaddress
 import json
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx
+import aiohttp
 
 from harness.runtime.turn import RoomContext
 from harness.spec.model import Tool
+from serving.backends.http_pool import LoopSessions, proxy_for, ssl_context
 
 MAX_RESULT_CHARS = 16_000
 MAX_HTTP_BYTES = 256 * 1024
@@ -128,20 +129,23 @@ class HttpPolicy:
 
     allowed_hosts: tuple[str, ...] = ()
 
-    def _listed(self, host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:
+    @functools.cached_property
+    def _parsed(self) -> tuple[frozenset[str], tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]:
+        """The allowlist's host names and its networks, parsed on first use rather than on every call."""
+        names, networks = set(), []
         for entry in self.allowed_hosts:
             entry = entry.strip().lower()
             if not entry:
                 continue
             try:
-                network = ipaddress.ip_network(entry, strict=False)
+                networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
-                if entry == host:
-                    return True
-                continue
-            if address is not None and address in network:
-                return True
-        return False
+                names.add(entry)
+        return frozenset(names), tuple(networks)
+
+    def _listed(self, host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:
+        names, networks = self._parsed
+        return host in names or (address is not None and any(address in network for network in networks))
 
     async def resolve(self, url: str) -> tuple[str, str]:
         """The (host, IP address) to connect to for `url`; raises ToolPermissionError when refused."""
@@ -180,10 +184,9 @@ class ToolRegistry:
     `http_policy` limits where HTTP bindings connect (default: public addresses only).
     """
 
-    def __init__(self, overrides: Mapping[str, Builtin] | None = None, http: httpx.AsyncClient | None = None,
-                 *, idempotent: Iterable[str] = (), http_policy: HttpPolicy | None = None):
+    def __init__(self, overrides: Mapping[str, Builtin] | None = None, *, idempotent: Iterable[str] = (),
+                 http_policy: HttpPolicy | None = None):
         self.overrides = dict(overrides or {})
-        self.http = http
         self.idempotent = frozenset(idempotent)
         self.http_policy = http_policy or HttpPolicy()
 
@@ -266,49 +269,62 @@ class ToolRegistry:
         # Host header and TLS server name stay the original host.
         parts = urlsplit(url)
         netloc = f"[{address}]" if ":" in address else address
-        pinned = parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")).geturl()
+        pinned = parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else ""), fragment="").geturl()
         headers = {"Host": parts.netloc.rpartition("@")[2]}
-        if idempotency_key and method.upper() != "GET":
-            headers["Idempotency-Key"] = idempotency_key
-        client = self.http or _shared_http(host)
-        request = client.build_request(method.upper(), pinned, params=args if method.upper() == "GET" else None,
-                                       json=None if method.upper() == "GET" else args, headers=headers,
-                                       extensions={"sni_hostname": host})
-        response = await client.send(request, stream=True)
-        try:
-            body = b""
-            async for chunk in response.aiter_bytes():
+        get = method.upper() == "GET"
+        if get and args:  # the query as httpx wrote it: a list repeats its name, spaces as %20
+            pinned += ("&" if parts.query else "?") + urlencode(
+                [(name, _query_text(item)) for name, value in args.items()
+                 for item in (value if isinstance(value, list | tuple) else (value,))], quote_via=quote)
+        data = None
+        if not get:  # JSON as httpx encoded it: compact, UTF-8
+            data = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
+            if idempotency_key:
+                headers["Idempotency-Key"] = idempotency_key
+        async with _shared_http(host).request(
+                method.upper(), pinned, data=data, headers=headers,
+                # TLS names the host (SNI, and the certificate checked against it), not the address dialled.
+                server_hostname=host if parts.scheme == "https" else None,
+                allow_redirects=False,  # a redirect is the answer: following it would skip the host policy
+                proxy=proxy_for(pinned)) as response:
+            body = bytearray()
+            async for chunk in response.content.iter_any():
                 body += chunk
                 if len(body) > MAX_HTTP_BYTES:
                     raise ToolError(f"response larger than {MAX_HTTP_BYTES // 1024} KiB")
-        finally:
-            await response.aclose()
-        if response.status_code in (401, 403):
-            raise ToolPermissionError(f"HTTP {response.status_code}")
-        if response.status_code >= 400:
-            raise ToolError(f"HTTP {response.status_code}: {body[:200].decode(errors='replace')}")
+            status, location = response.status, response.headers.get("Location", "")
+        if status in (401, 403):
+            raise ToolPermissionError(f"HTTP {status}")
+        if 300 <= status < 400:
+            raise ToolError(f"HTTP {status}: the redirect to {location[:200]!r} is not followed")
+        if status >= 400:
+            raise ToolError(f"HTTP {status}: {bytes(body[:200]).decode(errors='replace')}")
         try:
             return json.loads(body)
         except ValueError as exc:
             raise ValueError(f"response is not JSON ({exc})") from None
 
 
-# One client per event loop and host for HTTP bindings, so a tool call reuses the connections (and the TLS
-# context, 20-40 ms to build) of earlier calls to the same host. Per host because connections are made to the
-# pinned address: one made for one host name must not carry another's requests. Ended loops' pools are dropped.
-_HTTP_CLIENTS: dict[tuple[asyncio.AbstractEventLoop, str], httpx.AsyncClient] = {}
-_HTTP_LOCK = threading.Lock()
+# One session per event loop and host for HTTP bindings, so a tool call reuses the connections of earlier calls
+# to the same host. Per host because connections are made to the pinned address: one made for one host name must
+# not carry another's requests.
+_HTTP_SESSIONS = LoopSessions()
 
 
-def _shared_http(host: str) -> httpx.AsyncClient:
-    key = (asyncio.get_running_loop(), host)
-    with _HTTP_LOCK:
-        client = _HTTP_CLIENTS.get(key)
-        if client is None or client.is_closed:
-            for ended in [other for other in _HTTP_CLIENTS if other[0].is_closed()]:
-                del _HTTP_CLIENTS[ended]
-            client = _HTTP_CLIENTS[key] = httpx.AsyncClient()
-    return client
+def _shared_http(host: str) -> aiohttp.ClientSession:
+    return _HTTP_SESSIONS.get(host, lambda: aiohttp.ClientSession(
+        # Idle connections kept 4 s, under the 5 s many servers keep them: a call is not sent on a closing one.
+        connector=aiohttp.TCPConnector(ssl=ssl_context(), keepalive_timeout=4.0),
+        timeout=aiohttp.ClientTimeout(total=None),  # the tool's own timeout bounds the call
+        trust_env=False))  # the proxy is chosen per URL (`proxy_for`)
+
+
+def _query_text(value: Any) -> str:
+    """A query value as httpx wrote it: true/false, nothing for None, else its text."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 def _inline(fn: Builtin) -> Callable[[Mapping[str, Any], ToolContext], Awaitable[Any]]:

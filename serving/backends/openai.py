@@ -7,20 +7,14 @@ thinking in `delta.reasoning` (older releases: `reasoning_content`) and its tool
 """
 
 import asyncio
-import functools
-import ipaddress
 import json
-import os
-import threading
 import time
-import urllib.request
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
-import httpx
 
 from serving.backends.base import BackendError, ModelResponse, ToolCall
+from serving.backends.http_pool import LoopSessions, proxy_for, ssl_context
 from serving.backends.registry import register_backend
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -28,96 +22,28 @@ _JSON = {"Content-Type": "application/json"}
 _BODY_EXCERPT = 300
 
 
-@functools.cache
-def _ssl_context():
-    # Building one costs 20-40 ms (it loads the CA bundle): once per process, with the CA bundle httpx uses.
-    return httpx.create_ssl_context()
-
-
 # One aiohttp session per (event loop, timeout, key), so a reply reuses the connections of the turns before it
-# instead of connecting per turn. aiohttp rather than httpx: a streamed call of 12 chunks cost 0.52 ms of CPU
-# through aiohttp against 1.52 ms through httpx (docs/performance.md), the largest part of an eval case's CPU.
-# A session belongs to the loop that made it. A task kept beside it closes it when the loop's runner cancels
-# what is left (asyncio.run and asgiref's async_to_sync both do), so a job's or a sync view's loop leaves no
-# session open behind it; `close_shared_clients` closes them earlier.
-_SHARED: dict[asyncio.AbstractEventLoop, dict[tuple, tuple[aiohttp.ClientSession, asyncio.Task]]] = {}
-_SHARED_LOCK = threading.Lock()
+# instead of connecting per turn (serving.backends.http_pool, which says why aiohttp).
+_SESSIONS = LoopSessions()
 MAX_CONNECTIONS = 256  # requests in flight per process and server (eval runs at high concurrency)
 
 
 def _shared_session(timeout_s: float, api_key: str | None) -> aiohttp.ClientSession:
-    loop = asyncio.get_running_loop()
-    key = (timeout_s, api_key)
-    with _SHARED_LOCK:
-        sessions = _SHARED.get(loop)
-        if sessions is None:
-            for ended in [other for other in _SHARED if other.is_closed()]:
-                del _SHARED[ended]
-            sessions = _SHARED[loop] = {}
-        shared = sessions.get(key)
-        if shared is None or shared[0].closed:
-            session = aiohttp.ClientSession(
-                # Idle connections kept 4 s, under the 5 s after which vLLM's server (uvicorn) closes them: a
-                # request is not sent on a connection the server is closing (a disconnect is not retried).
-                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=_ssl_context(), keepalive_timeout=4.0),
-                headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-                # As httpx's timeout was: connecting, and every read, not the whole call (the turn's deadline
-                # bounds that); waiting for a free connection (past MAX_CONNECTIONS in flight) is not connecting.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
-                # The proxy is chosen per server once (`_proxy_for`): with trust_env aiohttp reads the proxy
-                # settings in a thread for every request, two thread hops a call.
-                trust_env=False,
-            )
-            shared = sessions[key] = (session, loop.create_task(_closed_with_its_loop(session, key)))
-    return shared[0]
-
-
-async def _closed_with_its_loop(session: aiohttp.ClientSession, key: tuple) -> None:
-    loop = asyncio.get_running_loop()
-    try:
-        await loop.create_future()  # until the loop's runner cancels what is left
-    finally:
-        with _SHARED_LOCK:
-            sessions = _SHARED.get(loop, {})
-            if key in sessions and sessions[key][0] is session:
-                del sessions[key]
-            if not sessions:
-                _SHARED.pop(loop, None)
-        await session.close()
+    return _SESSIONS.get((timeout_s, api_key), lambda: aiohttp.ClientSession(
+        # Idle connections kept 4 s, under the 5 s after which vLLM's server (uvicorn) closes them: a request is
+        # not sent on a connection the server is closing (a disconnect is not retried).
+        connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=ssl_context(), keepalive_timeout=4.0),
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+        # As httpx's timeout was: connecting, and every read, not the whole call (the turn's deadline bounds
+        # that); waiting for a free connection (past MAX_CONNECTIONS in flight) is not connecting.
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
+        trust_env=False,  # the proxy is chosen per server once (`proxy_for`)
+    ))
 
 
 async def close_shared_clients() -> None:
     """Close the pooled sessions of the running event loop (a job's own loop may call it before it ends)."""
-    with _SHARED_LOCK:
-        shared = list(_SHARED.pop(asyncio.get_running_loop(), {}).values())
-    for session, keeper in shared:
-        keeper.cancel()
-        await session.close()
-
-
-_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
-
-
-def _proxy_for(url: str) -> str | None:
-    """The proxy a request to `url` goes through, from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY and NO_PROXY (either
-    case, as curl and httpx read them); None for a direct connection. A loopback server is always reached
-    directly, as Go's and Chrome's clients do: a model server on this host is never behind the proxy."""
-    settings = tuple(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
-    return _proxy_chosen(url, settings) if any(settings[:3]) else None
-
-
-@functools.lru_cache(maxsize=64)
-def _proxy_chosen(url: str, settings: tuple) -> str | None:  # settings: the variables' values, the cache's key
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    try:
-        loopback = host == "localhost" or host.endswith(".localhost") or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback or urllib.request.proxy_bypass_environment(parts.netloc):
-        return None
-    proxies = urllib.request.getproxies_environment()
-    return proxies.get(parts.scheme) or proxies.get("all")
+    await _SESSIONS.close_running()
 
 
 class _RetryableError(Exception):
@@ -210,7 +136,7 @@ class OpenAIBackend:
     def _post(self, data: bytes):
         # A redirect is an answer to report, as httpx reported it (aiohttp would follow it, a POST turned GET).
         url = f"{self.base_url}/chat/completions"
-        return self._http().post(url, data=data, headers=_JSON, allow_redirects=False, proxy=_proxy_for(url))
+        return self._http().post(url, data=data, headers=_JSON, allow_redirects=False, proxy=proxy_for(url))
 
     async def _complete_json(self, data: bytes, started: float) -> ModelResponse:
         try:

@@ -43,6 +43,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, "<html>oops</html>", "text/html")
         if self.path == "/huge":
             return self._send(200, "[" + ",".join(["1"] * 200_000) + "]")
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if self.path.startswith("/query"):
+            return self._send(200, json.dumps({"query": self.path.partition("?")[2]}))
         if self.path == "/slow":
             time.sleep(1.0)
             return self._send(200, "{}")
@@ -77,6 +85,19 @@ def execute(tool, args, policy=LOCAL, **kwargs):
 def test_get_with_path_placeholder_and_query(server):
     outcome = execute(http_tool(f"GET {server}/products/{{link_id}}"), {"link_id": "L 01/x", "fields": "price"})
     assert outcome.error == "" and outcome.result == {"link_id": "L%2001%2Fx", "query": "fields=price"}
+
+
+def test_get_arguments_become_the_query_as_httpx_wrote_it(server):
+    args = {"on": True, "off": False, "none": None, "tags": ["a", "b c"], "n": 2, "text": "x&y=ü"}
+    outcome = execute(http_tool(f"GET {server}/query?fixed=1"), args)
+    assert outcome.result == {"query": "fixed=1&on=true&off=false&none=&tags=a&tags=b%20c&n=2&text=x%26y%3D%C3%BC"}
+
+
+def test_a_redirect_is_reported_not_followed(server):
+    HITS.clear()
+    outcome = execute(http_tool(f"GET {server}/redirect", retries=2), {})
+    assert outcome.error == "HTTP 302: the redirect to 'http://169.254.169.254/latest/meta-data/' is not followed"
+    assert HITS == ["/redirect"]
 
 
 def test_post_sends_json_body_host_and_idempotency_key(server):
@@ -140,3 +161,43 @@ def test_an_http_write_is_not_retried_on_timeout(server):
 def test_connection_refused_is_a_tool_error():
     outcome = execute(http_tool("GET http://127.0.0.1:9/nothing"), {})
     assert outcome.error and outcome.result is None
+
+
+# --- TLS to the pinned address ---------------------------------------------------------------------------
+
+def _tls_server(tmp_path, name):
+    """A local HTTPS server whose certificate names `name` only, and a client context that trusts it."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    key, cert = tmp_path / f"{name}.key", tmp_path / f"{name}.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
+                    "-addext", f"subjectAltName=DNS:{name}", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.socket = served.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    trusting = ssl.create_default_context(cafile=str(cert))
+    return httpd, trusting
+
+
+@pytest.mark.parametrize("certified", ["localhost", "other.test"])
+def test_tls_checks_the_certificate_against_the_host_not_the_address_dialled(tmp_path, monkeypatch, certified):
+    from harness.runtime import tools
+
+    httpd, trusting = _tls_server(tmp_path, certified)
+    monkeypatch.setattr(tools, "ssl_context", lambda: trusting)
+    try:
+        outcome = execute(http_tool(f"GET https://localhost:{httpd.server_address[1]}/products/L1"), {},
+                          policy=HttpPolicy(allowed_hosts=("localhost",)))
+    finally:
+        httpd.shutdown()
+    if certified == "localhost":  # dialled at 127.0.0.1, which the certificate does not name
+        assert outcome.error == "" and outcome.result["link_id"] == "L1"
+    else:
+        assert outcome.result is None and "certificate" in outcome.error.lower()

@@ -427,22 +427,22 @@ def test_openai_calls_a_remote_server_through_the_environments_proxy_and_a_loopb
 
 
 def test_the_proxy_of_a_model_server_follows_the_scheme_no_proxy_and_lower_case_first(proxy_environment):
-    from serving.backends.openai import _proxy_for
+    from serving.backends.http_pool import proxy_for
 
-    assert _proxy_for("http://model.test:8000/v1/chat/completions") is None  # no proxy configured
+    assert proxy_for("http://model.test:8000/v1/chat/completions") is None  # no proxy configured
     proxy_environment(HTTP_PROXY="http://proxy.corp:3128", HTTPS_PROXY="http://secure.corp:3128")
-    assert _proxy_for("http://model.test:8000/v1/chat/completions") == "http://proxy.corp:3128"
-    assert _proxy_for("https://model.test/v1/chat/completions") == "http://secure.corp:3128"
+    assert proxy_for("http://model.test:8000/v1/chat/completions") == "http://proxy.corp:3128"
+    assert proxy_for("https://model.test/v1/chat/completions") == "http://secure.corp:3128"
     for loopback in ("http://localhost:8000/v1", "http://127.0.0.2:8000/v1", "http://[::1]:8000/v1",
                      "http://vllm.localhost/v1"):
-        assert _proxy_for(loopback) is None, loopback
+        assert proxy_for(loopback) is None, loopback
     proxy_environment(NO_PROXY="other.test, .model.test")
-    assert _proxy_for("http://gpu1.model.test:8000/v1") is None and _proxy_for("http://model.test/v1") is None
-    assert _proxy_for("http://models.test/v1") == "http://proxy.corp:3128"
+    assert proxy_for("http://gpu1.model.test:8000/v1") is None and proxy_for("http://model.test/v1") is None
+    assert proxy_for("http://models.test/v1") == "http://proxy.corp:3128"
     proxy_environment(http_proxy="http://lower.corp:3128", no_proxy="*")  # lower case wins, as curl reads them
-    assert _proxy_for("http://models.test/v1") is None
+    assert proxy_for("http://models.test/v1") is None
     proxy_environment(no_proxy="")
-    assert _proxy_for("http://models.test/v1") == "http://lower.corp:3128"
+    assert proxy_for("http://models.test/v1") == "http://lower.corp:3128"
 
 
 # --- vLLM profiles and the serve_model command ------------------------------------------------------

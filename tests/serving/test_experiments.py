@@ -203,7 +203,7 @@ def test_each_way_of_writing_one_instant_is_stored_and_bucketed_as_that_instant(
              india.strftime("%Y-%m-%dT%H:%M:%S.%f+0530"), f"{year}-W{week:02d}-{day}T{at:%H:%M:%S.%f}+00:00",
              at.strftime("%Y-%m-%d %H:%M:%S.%f"), at.timestamp()]
     events = _views(["i1"] * len(forms))
-    for event, form in zip(events, forms):
+    for event, form in zip(events, forms, strict=True):
         event["ts"] = form
     body = post("/api/v1/events", {"events": events}).json()
     assert (body["accepted"], body["errors"]) == (len(forms), [])
