@@ -201,3 +201,30 @@ def test_tls_checks_the_certificate_against_the_host_not_the_address_dialled(tmp
         assert outcome.error == "" and outcome.result["link_id"] == "L1"
     else:
         assert outcome.result is None and "certificate" in outcome.error.lower()
+
+
+def test_a_hosts_addresses_are_kept_briefly_and_checked_on_every_call(monkeypatch):
+    import socket
+
+    from harness.runtime import tools
+
+    answers, lookups = {"svc.test": "127.0.0.1"}, []
+
+    def lookup(host, port, *args, **kwargs):
+        lookups.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(tools, "_dns_kept", {})
+    listed = HttpPolicy(allowed_hosts=("svc.test",))
+
+    def resolve(policy):
+        return asyncio.run(policy.resolve("http://svc.test:8080/x"))
+
+    assert resolve(listed) == ("svc.test", "127.0.0.1") == resolve(listed)
+    assert lookups == ["svc.test"]  # the second call used the kept answer
+    with pytest.raises(tools.ToolPermissionError, match="non-public address 127.0.0.1"):
+        resolve(HttpPolicy())  # a kept answer is still checked against the caller's policy
+    answers["svc.test"] = "10.0.0.9"
+    monkeypatch.setattr(tools, "DNS_KEPT_S", 0.0)  # expired: looked up again
+    assert resolve(listed) == ("svc.test", "10.0.0.9") and lookups == ["svc.test"] * 2
