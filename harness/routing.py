@@ -88,6 +88,18 @@ def routing_token(harness_id: int) -> int:
     return token
 
 
+def current_tokens(*keys: str) -> list[int]:
+    """The tokens under `keys` (cache keys) in one cache read, each made when missing; 0 where the cache
+    cannot say, which never matches a token kept beside something remembered."""
+    found = cache.get_many(keys)
+    missing = [key for key in keys if key not in found]
+    if missing:
+        for key in missing:
+            cache.add(key, new_token(), timeout=None)
+        found.update(cache.get_many(missing))
+    return [token if isinstance(token, int) else 0 for token in (found.get(key) for key in keys)]
+
+
 def routing_changed(harness_id: int) -> None:
     """Call inside the transaction that changes a harness's labels or experiments (or its row)."""
     token_replaced(token_key(harness_id))

@@ -7,9 +7,9 @@ from django.http import StreamingHttpResponse
 from ninja import Router
 from ninja.errors import AuthenticationError, HttpError
 
-from console.access import api_access_generation
+from console.access import API_ACCESS_GENERATION
 from console.schemas import errors, reject_unknown_query
-from harness.routing import tokens_read
+from harness.routing import current_tokens, tokens_read
 from harness.runtime import TurnResult, reply_chunks
 from serving import services
 from serving.admission import HANDED_OVER_ADMISSION, reply_admit
@@ -114,10 +114,14 @@ def ingest_events(request, payload: EventsIn):
     """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
     batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""
     from serving.experiments.live import publish_experiment_updates
-    from serving.experiments.services import events_ingest
+    from serving.experiments.services import events_ingest, running_token_key
 
-    _key_current(request, api_access_generation())  # one cache read instead of the key's query (≈ 1.3 ms a batch)
-    result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events)
+    # One cache read for two tokens: the API-access generation, which stands for the key's query (≈ 1.3 ms a
+    # batch), and the workspace's running experiments', for their query.
+    generation, running = current_tokens(API_ACCESS_GENERATION, running_token_key(request.workspace.pk))
+    _key_current(request, generation)
+    result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events,
+                           running_token=running)
     if result.accepted:
         publish_experiment_updates(result.running)
     return {"accepted": result.accepted, "duplicates": result.duplicates, "errors": result.errors}

@@ -4,6 +4,7 @@ with incremental rollups, and the auto-stop guardrail."""
 import json
 import re
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from console.models import Workspace
 from console.services import archived_set, audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
-from harness.routing import NotRemembered, memory_only, remembered, routing_changed
+from harness.routing import NotRemembered, memory_only, remembered, routing_changed, token_replaced
 from serving.experiments.assignment import assign
 from serving.models import Arm, Event, Experiment, Exposure, Rollup
 from serving.selection import DEFAULT_LABEL, Selection, label_version, register_experiment_selector
@@ -126,6 +127,7 @@ def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
             raise ExperimentError("Another experiment is already running on this harness.")
         Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.RUNNING, started_at=timezone.now())
         routing_changed(experiment.harness_id)
+        token_replaced(running_token_key(experiment.workspace_id))
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.start",
                      target_type="experiment", target_id=experiment.pk, target_label=experiment.key)
     experiment.refresh_from_db()
@@ -139,6 +141,7 @@ def experiment_stop(*, actor: Actor, experiment: Experiment, reason: str, contro
         Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.STOPPED, stopped_at=timezone.now(),
                                                            stop_reason=reason[:500], control_only=control_only)
         routing_changed(experiment.harness_id)
+        token_replaced(running_token_key(experiment.workspace_id))
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.stop", target_type="experiment",
                      target_id=experiment.pk, target_label=experiment.key,
                      after={"reason": reason, "control_only": control_only})
@@ -169,6 +172,7 @@ def experiment_delete(*, actor: Actor, experiment: Experiment) -> None:
                              "exposures": locked.exposures.count()}, after=None)
         locked.delete()
         routing_changed(locked.harness_id)
+        token_replaced(running_token_key(locked.workspace_id))
 
 
 # Assignment for the reply API ---------------------------------------------------------------------
@@ -365,17 +369,47 @@ def _outside_window(event: dict, experiments: list[Experiment]) -> str:
     return ""
 
 
-def events_ingest(*, actor: Actor, workspace: Workspace, events: list) -> IngestResult:
+def running_token_key(workspace_id: int) -> str:
+    """The shared cache's key of the token of a workspace's running experiments (harness.routing's tokens):
+    replaced whenever one of them starts, stops or goes."""
+    return f"running:{workspace_id}"
+
+
+# A workspace's running experiments as last read here, under the token read before the read and the time of
+# the read: a batch takes them without a query while the token stands, for at most RUNNING_KEPT_S (a change made
+# around the services, in psql, is seen within it). Read-only to everyone who takes them.
+RUNNING_KEPT_S = 5.0
+_RUNNING_KEPT_MAX = 1024
+_running_kept: dict[int, tuple[int, float, list[Experiment]]] = {}
+
+
+def _running_experiments(workspace: Workspace, token: int) -> list[Experiment]:
+    kept = _running_kept.get(workspace.pk)
+    if token and kept is not None and kept[0] == token and time.monotonic() - kept[1] < RUNNING_KEPT_S:
+        return kept[2]
+    read_at = time.monotonic()
+    running = list(Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING).order_by("pk"))
+    if token:
+        _running_kept.pop(workspace.pk, None)
+        if len(_running_kept) >= _RUNNING_KEPT_MAX:  # the workspace read longest ago goes
+            _running_kept.pop(next(iter(_running_kept)), None)
+        _running_kept[workspace.pk] = (token, read_at, running)
+    return running
+
+
+def events_ingest(*, actor: Actor, workspace: Workspace, events: list, running_token: int = 0) -> IngestResult:
     """Store a batch; count each event_id once ever; fold new item-page views into experiment rollups.
 
     Each invalid item is reported by its index and left out; the valid ones are stored with their rollups in
-    one transaction (all of them or, on any failure, none)."""
+    one transaction (all of them or, on any failure, none). `running_token`: the workspace's running token
+    (`running_token_key`), read from the shared cache before this call; given, the running experiments read by
+    an earlier batch under it are used without a query."""
     require(actor, workspace, INGEST)
     if len(events) > MAX_EVENTS:
         raise ExperimentError(f"At most {MAX_EVENTS} events per batch.")
     result, valid, seen = IngestResult(), [], set()
     now = timezone.now()
-    running = list(Experiment.objects.filter(workspace=workspace, status=Experiment.Status.RUNNING).order_by("pk"))
+    running = _running_experiments(workspace, running_token)
     result.running = [experiment.pk for experiment in running]
     for index, raw in enumerate(events):
         event, error = _validate(raw, now)

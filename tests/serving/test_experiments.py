@@ -13,7 +13,7 @@ from console.models import AuditEvent
 from harness import services as harness_services
 from serving.experiments.assignment import assign
 from serving.experiments.selectors import experiment_snapshot
-from serving.experiments.services import experiment_create, experiment_start
+from serving.experiments.services import experiment_create, experiment_start, experiment_stop
 from serving.models import Event, Experiment, Exposure, Rollup, Trace
 from serving.services import api_key_create, room_upsert
 from serving.tasks import check_guardrails
@@ -126,10 +126,46 @@ def test_an_ingest_key_is_remembered_between_batches_and_refused_by_the_first_ba
     with CaptureQueriesContext(connection) as queries:
         assert batch().status_code == 200
     selects = [query["sql"] for query in queries.captured_queries if query["sql"].startswith("SELECT")]
-    assert len(selects) == 1 and '"serving_experiment"' in selects[0]  # the running experiments; the key is remembered
+    assert selects == []  # the key and the workspace's running experiments are remembered
     api_key_revoke(actor=SYSTEM, key=ApiKey.objects.get(pk=key.pk))
     assert batch().status_code == 401
 
+
+
+def test_a_batch_after_an_experiment_stops_or_starts_sees_the_change(workspace, harness, setup, monkeypatch):
+    """The running experiments a batch remembers are read again once one stops or starts (the services replace
+    their token), and once kept RUNNING_KEPT_S (a change made around the services, which replaces nothing)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from serving.experiments import services
+
+    experiment, post = setup
+    reply(post, "s1")
+
+    def batch(ts=None):
+        with CaptureQueriesContext(connection) as queries:
+            body = post("/api/v1/events", {"events": _views(["s1"], ts=ts)}).json()
+        return body, sum('FROM "serving_experiment"' in query["sql"] for query in queries.captured_queries)
+
+    batch()
+    assert batch()[1] == 0 and _rollup_sums(experiment) == (2, 4)  # remembered, and folded into
+    experiment_stop(actor=SYSTEM, experiment=experiment, reason="done")
+    body, reads = batch()
+    assert (reads, body["accepted"]) == (1, 1) and _rollup_sums(experiment) == (2, 4)  # stopped: no fold
+    second = experiment_create(actor=SYSTEM, workspace=workspace, key="second", harness=harness, arms=[
+        {"name": "control", "weight": 1, "kind": "react"},
+        {"name": "harness", "weight": 1, "kind": "label", "label": "production"}])
+    experiment_start(actor=SYSTEM, experiment=second)
+    early = (datetime.now(UTC) - timedelta(minutes=10)).isoformat()  # before the second one started
+    body, reads = batch(early)
+    assert reads == 1 and "before experiment second started" in body["errors"][0]["message"]
+    Experiment.objects.filter(pk=second.pk).update(status=Experiment.Status.STOPPED)  # around the services
+    body, reads = batch(early)
+    assert reads == 0 and body["accepted"] == 0  # the kept list, for up to RUNNING_KEPT_S
+    monkeypatch.setattr(services, "RUNNING_KEPT_S", 0.0)
+    body, reads = batch(early)
+    assert (reads, body["accepted"], body["errors"]) == (1, 1, [])
 
 def test_latency_guardrail_stops_and_routes_everyone_to_control(setup):
     experiment, post = setup
