@@ -121,6 +121,10 @@ def bench_runtime(turns: int) -> None:
     print(line(f"runtime overhead per turn (demo harness, 2 model calls, 2 tool calls, {turns} turns, same input)",
                asyncio.run(main(turns))))
     print(line("  same, a new viewer, message and product every turn", asyncio.run(main(turns, varied=True))))
+    if hasattr(RoomContext, "shared"):  # the room as the reply API passes a stored one: its catalogue remembered
+        shared = RoomContext.shared(room_data, room.room_id)
+        print(line("  same, varied, the room shared as the reply API shares a stored room",
+                   asyncio.run(main(turns, varied=True, turn_room=shared))))
 
     # The same turns with nothing remembered: every CEL condition runs (transpiled, compiled once per spec
     # version) and every JSON Schema validates.
