@@ -369,6 +369,14 @@ def _outside_window(event: dict, experiments: list[Experiment]) -> str:
     return ""
 
 
+def _earliest_counted(room_id: str, experiments: list[Experiment]) -> datetime | None:
+    """The earliest time an event of the room may have for every running experiment of the room to count it
+    (`_outside_window` holds for an event at or after it); None: any time. Worked out once a room a batch."""
+    starts = [experiment.started_at for experiment in experiments
+              if experiment.started_at and (not experiment.rooms or room_id in experiment.rooms)]
+    return max(starts) - CLOCK_SKEW if starts else None
+
+
 def running_token_key(workspace_id: int) -> str:
     """The shared cache's key of the token of a workspace's running experiments (harness.routing's tokens):
     replaced whenever one of them starts, stops or goes."""
@@ -411,10 +419,15 @@ def events_ingest(*, actor: Actor, workspace: Workspace, events: list, running_t
     now = timezone.now()
     running = _running_experiments(workspace, running_token)
     result.running = [experiment.pk for experiment in running]
+    earliest: dict[str, datetime | None] = {}  # by room
     for index, raw in enumerate(events):
         event, error = _validate(raw, now)
         if not error and running:
-            error = _outside_window(event, running)
+            room_id = event["room_id"]
+            if room_id not in earliest:
+                earliest[room_id] = _earliest_counted(room_id, running)
+            if earliest[room_id] is not None and event["ts"] < earliest[room_id]:
+                error = _outside_window(event, running)  # which experiment, for the message
         if error:
             result.errors.append({"index": index, "message": error})
         elif event["event_id"] in seen:

@@ -355,3 +355,23 @@ def test_views_from_before_a_viewers_exposure_do_not_count_and_both_folds_agree(
     assert dict(Exposure.objects.filter(experiment=experiment).values_list("viewer_id", "ipv")) == ipv
     assert sorted(Rollup.objects.filter(experiment=experiment)
                   .values_list("arm_id", "bucket", "sum_y", "sum_y2")) == per_rollup
+
+
+@pytest.mark.django_db(False)
+def test_the_earliest_counted_time_of_a_room_agrees_with_the_window_check():
+    """A batch compares each event with its room's earliest counted time, and asks `_outside_window` (for the
+    message) only below it: the two must agree for any running experiments, rooms and times."""
+    from serving.experiments.services import _earliest_counted, _outside_window
+
+    rng = random.Random(7)
+    start = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
+    rooms = ["r1", "r2", "r3"]
+    for _ in range(300):
+        running = [Experiment(pk=i, key=f"e{i}", rooms=rng.sample(rooms, rng.randint(0, 2)),
+                              started_at=None if rng.random() < 0.2 else start + timedelta(minutes=rng.randint(0, 30)))
+                   for i in range(rng.randint(1, 3))]
+        for room in rooms:
+            for minute in range(-2, 33):
+                event = {"room_id": room, "ts": start + timedelta(minutes=minute, seconds=rng.choice([0, 30]))}
+                earliest = _earliest_counted(room, running)
+                assert (earliest is not None and event["ts"] < earliest) == bool(_outside_window(event, running))
