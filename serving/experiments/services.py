@@ -283,8 +283,10 @@ def _parse_ts(value) -> datetime | None:
     return ts
 
 
-# A time with its offset in RFC 3339's one form, which PostgreSQL and Python read alike.
-_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)", re.ASCII).fullmatch
+# A time with its offset in RFC 3339's one form, which PostgreSQL and Python read alike. (Python also reads an
+# offset of "+05:99" as +06:39, which PostgreSQL refuses: such a time is sent as Python read it.)
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)",
+                      re.ASCII).fullmatch
 _REQUIRED = ("event_id", "type", "viewer_id", "room_id", "ts")
 _TEXT_LIMITS = (("event_id", 100), ("viewer_id", 128), ("room_id", 100), ("item_id", 100))
 
