@@ -89,33 +89,19 @@ def require(actor: Actor, workspace: Workspace, capability: str) -> None:
 API_ACCESS_GENERATION = "api-access:generation"
 
 
-def _new_generation() -> int:
-    import secrets
-
-    return secrets.randbits(62) + 1  # never 0, which stands for "unknown"
-
-
 def api_access_changed() -> None:
     """Call inside the transaction that revokes a key or changes what a workspace's requests may do.
 
-    Replaced now and again after the commit, as harness.routing does: a key read from the database between
-    the two (before the commit is visible) is tagged with the first replacement, which the second retires."""
-    from django.core.cache import cache
-    from django.db import transaction
+    Replaced now and again after the commit, as harness.routing's tokens are: a key read from the database
+    between the two (before the commit is visible) is tagged with the first replacement, which the second
+    retires."""
+    from harness.routing import token_replaced
 
-    def replace() -> None:
-        cache.set(API_ACCESS_GENERATION, _new_generation(), timeout=None)
-
-    replace()
-    transaction.on_commit(replace)
+    token_replaced(API_ACCESS_GENERATION)
 
 
 def api_access_generation() -> int:
     """The current generation (made on first use; 0 when the cache cannot say)."""
-    from django.core.cache import cache
+    from harness.routing import current_tokens
 
-    generation = cache.get(API_ACCESS_GENERATION)
-    if generation is None:
-        cache.add(API_ACCESS_GENERATION, _new_generation(), timeout=None)
-        generation = cache.get(API_ACCESS_GENERATION)
-    return generation if isinstance(generation, int) else 0
+    return current_tokens(API_ACCESS_GENERATION)[0]

@@ -78,11 +78,7 @@ def routing_token(harness_id: int) -> int:
     known = _read.get()
     if known is not None and harness_id in known:
         return known[harness_id]
-    key = token_key(harness_id)
-    token = cache.get(key)
-    if token is None:
-        cache.add(key, new_token(), timeout=None)
-        token = cache.get(key) or 0  # 0 (cache unavailable) never matches a stored token below
+    token = current_tokens(token_key(harness_id))[0]
     if known is not None and token:
         known[harness_id] = token
     return token
