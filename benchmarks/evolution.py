@@ -34,9 +34,9 @@ from evaluation.evolution.signatures import CaseRecord  # noqa: E402
 from evaluation.execution import evaluate_case  # noqa: E402
 from evaluation.judges.reference import judge_reference  # noqa: E402
 from evaluation.metrics.compare import RegressionGate  # noqa: E402
+from harness.model_protocol import ModelResponse, ToolCall  # noqa: E402
 from harness.simulator import generate_cases, generate_room  # noqa: E402
 from harness.spec import HarnessSpec, parse_files, read_dir  # noqa: E402
-from serving.backends import ModelResponse, ToolCall  # noqa: E402
 from serving.backends.scripted import ScriptedBackend  # noqa: E402
 
 DEMO = ROOT / "harness" / "demo" / "avatar"

@@ -76,7 +76,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from console.models import Workspace
+    from workspaces.models import Workspace
 
     workspace = Workspace.objects.get(slug="demo")
     experiment = _experiment(workspace, args.viewers, args.exposure_minutes)
@@ -95,11 +95,11 @@ def _experiment(workspace, n_viewers: int, minutes: int):
     from django.db import connection
     from django.utils import timezone
 
-    from console.access import Actor
     from harness.models import Harness
     from serving.experiments.assignment import assign
-    from serving.experiments.services import experiment_create, experiment_start
+    from serving.experiments.lifecycle import experiment_create, experiment_start
     from serving.models import Exposure, Rollup
+    from workspaces.access import Actor
 
     system = Actor.system("bench")
     experiment = experiment_create(actor=system, workspace=workspace, key="bench",
@@ -155,10 +155,10 @@ def _twin_rows(workspace_id, events) -> list[tuple]:
 def _scaling(url, workspace, viewers, sizes, rows_per_size) -> int:
     import psycopg
 
-    from console.access import Actor
-    from serving.experiments import services
+    from serving.experiments import ingest
+    from workspaces.access import Actor
 
-    services.MAX_EVENTS = max(services.MAX_EVENTS, *sizes)  # in-process only: the API keeps its cap
+    ingest.MAX_EVENTS = max(ingest.MAX_EVENTS, *sizes)  # in-process only: the API keeps its cap
     ingester = Actor.system("bench")
     print("\nIn-process ingest (validation + idempotent insert + rollup fold) vs raw COPY of the same rows, "
           "interleaved batch by batch:")
@@ -175,14 +175,14 @@ def _scaling(url, workspace, viewers, sizes, rows_per_size) -> int:
                 offset += size
                 twin = _twin_rows(workspace.pk, events)
                 started = time.perf_counter()
-                result = services.events_ingest(actor=ingester, workspace=workspace, events=events)
+                result = ingest.events_ingest(actor=ingester, workspace=workspace, events=events)
                 ingest_s += time.perf_counter() - started
                 assert result.accepted == size and not result.errors, result
                 copy_s += _copy_rows(conn, twin)
                 first = first or events
             sent += batches * size
             started = time.perf_counter()
-            again = services.events_ingest(actor=ingester, workspace=workspace, events=first)
+            again = ingest.events_ingest(actor=ingester, workspace=workspace, events=first)
             replay_ms = (time.perf_counter() - started) * 1000
             assert again.accepted == 0 and again.duplicates == size
             n = batches * size
@@ -196,8 +196,8 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
     import psycopg
     import servers as asgi
 
-    from console.access import Actor
     from serving.services import api_key_create
+    from workspaces.access import Actor
 
     token = api_key_create(actor=Actor.system("bench"), workspace=workspace, name="bench", scopes=["ingest"])[1]
     port = 8700 + os.getpid() % 200
@@ -269,10 +269,10 @@ async def _post(port, token, bodies, concurrency) -> float:
 def _snapshots(url, workspace, experiment, viewers, sent, targets) -> None:
     import psycopg
 
-    from console.access import Actor
+    from serving.experiments.ingest import events_ingest
     from serving.experiments.selectors import experiment_snapshot
-    from serving.experiments.services import events_ingest
     from serving.models import Rollup
+    from workspaces.access import Actor
 
     ingester = Actor.system("bench")
     with psycopg.connect(url) as conn:

@@ -46,7 +46,7 @@ def _started(index: int, root: Path, workers: int) -> tuple[int, str, object]:
 
     manage("migrate", "-v0")
     manage("seed_demo")
-    token = last_line(manage("shell", "-c", "from console.access import Actor; from console.models import Workspace; "
+    token = last_line(manage("shell", "-c", "from workspaces.access import Actor; from workspaces.models import Workspace; "
                                             "from serving.services import api_key_create; "
                                             "print(api_key_create(actor=Actor.system('bench'), workspace="
                                             "Workspace.objects.get(slug='demo'), name='bench', scopes=['read'])[1])"))

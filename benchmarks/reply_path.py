@@ -56,9 +56,9 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
     from redis.client import Redis
 
-    from console.access import Actor
-    from console.models import Workspace
     from serving.services import api_key_create
+    from workspaces.access import Actor
+    from workspaces.models import Workspace
 
     workspace = Workspace.objects.get(slug="demo")
     token = api_key_create(actor=Actor.system("bench"), workspace=workspace, name=f"bench{time.time_ns()}",

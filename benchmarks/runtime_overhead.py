@@ -211,7 +211,7 @@ def bench_api(requests: int, servers: list[str], workers: list[int], deployed: b
                                      HARNESSOPS_REPLY_RATE_PER_MINUTE="1000000")
     where = "PostgreSQL + Redis" if deployed else "SQLite"
     token = last_line(manage("shell", "-c",
-                             "from console.access import Actor; from console.models import Workspace; "
+                             "from workspaces.access import Actor; from workspaces.models import Workspace; "
                              "from serving.services import api_key_create; "
                              "print(api_key_create(actor=Actor.system('bench'), "
                              "workspace=Workspace.objects.get(slug='demo'), name='bench', scopes=['read'])[1])"))

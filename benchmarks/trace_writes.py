@@ -70,9 +70,9 @@ def main() -> None:
     from django.db import connection
     from http_load import services_cpu_s
 
-    from console.models import Workspace
     from serving.models import Trace
     from serving.traces import trace_row, trace_store, traces_store
+    from workspaces.models import Workspace
 
     if connection.vendor != "postgresql":
         raise SystemExit("Set DATABASE_URL to a PostgreSQL database: this measures PostgreSQL's side.")

@@ -8,18 +8,18 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 
-from console.identifiers import InvalidIdentifier
 from evaluation.evolution.api import router as evolution_router
-from evaluation.evolution.services import EvolutionError
+from evaluation.evolution.errors import EvolutionError
 from harness.api import router as harness_router
 from harness.services import CommitConflict, LabelConflict, StoreError
 from harness.spec import SpecInvalid
 from serving.api import router as serving_router
 from serving.auth import ApiKeyAuth
-from serving.experiments.services import ExperimentError
+from serving.experiments.lifecycle import ExperimentError
 from serving.services import ReplyRequestError
 from training.api import router as training_router
 from training.services import TrainingError
+from workspaces.identifiers import InvalidIdentifier
 
 # PostgreSQL text and jsonb cannot hold NUL characters; a request that carries one (valid JSON, valid for
 # the schema) would fail deep in a write. They never mean anything here, so they arrive as U+FFFD.

@@ -3,7 +3,7 @@
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from console.models import Membership
+from workspaces.models import Membership
 
 
 class WorkspaceObjectConsumer(AsyncJsonWebsocketConsumer):

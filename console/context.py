@@ -1,12 +1,12 @@
 """Template context shared by every console page."""
 
-from console.access import ADMIN, APPROVE, WRITE
+from workspaces.access import ADMIN, APPROVE, WRITE
 
 
 def workspaces(request):
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
-    from console.selectors import workspaces_for_user
+    from workspaces.selectors import workspaces_for_user
 
     caps = getattr(request, "capabilities", frozenset())
     return {

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "template_partials",
     "channels",
     "ninja",
+    "workspaces",
     "console",
     "harness",
     "serving",
@@ -140,8 +141,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Jobs are acknowledged when they finish (acks_late). The broker hands an unacknowledged job back after
 # this many seconds: that is how a dead worker's job resumes elsewhere. Redis cannot tell a dead worker from
 # a busy one, so a job running longer is handed back too: long jobs (eval runs, up to their 6 h time limit)
-# hold a single-flight lock (console/jobs.py) and a second delivery steps aside. Short acks_late tasks
-# (judge_live_trace, 300 s) must stay under this timeout.
+# hold a single-flight lock (workspaces/jobs.py) and a second delivery steps aside. Short acks_late tasks
+# (evaluation.judge_live_trace, 300 s) must stay under this timeout.
 # Idle workers look for handed-back jobs every HARNESSOPS_BROKER_RESTORE_INTERVAL_S (kombu's default
 # sweep is ten times its interval, ~100 s; throttle 1 makes the interval the period).
 CELERY_BROKER_TRANSPORT_OPTIONS = {

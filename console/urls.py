@@ -3,8 +3,8 @@ from django.urls import path, register_converter
 
 from console.api import api
 from console.health import healthz
-from console.identifiers import IdentifierConverter
 from console.views import evaluation, evolution, experiments, harness, serving, training, workspace
+from workspaces.identifiers import IdentifierConverter
 
 # Names go through the identifier converter, so rows stored before names were validated still resolve.
 register_converter(IdentifierConverter, "ident")

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 
-from console.access import WRITE, Actor, require
-from console.models import Workspace
 from evaluation.models import Annotation, EvalResult, EvalRun
+from workspaces.access import WRITE, Actor, require
+from workspaces.models import Workspace
 
 
 class CalibrationError(ValueError):

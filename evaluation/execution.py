@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.model_protocol import ModelBackend
 from harness.runtime import HttpPolicy, RoomContext, TurnInput, run_turn
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
-from serving.backends import ModelBackend
 
 SUITES = ("live_stream_qa", "harness_variant", "robustness", "ifeval")
 

@@ -9,9 +9,9 @@ case), which is what makes a run resumable without counting a case twice.
 from django.conf import settings
 from django.db import models
 
-from console.identifiers import validate_identifier
-from console.models import Workspace
 from harness.models import Harness, HarnessVersion
+from workspaces.identifiers import validate_identifier
+from workspaces.models import Workspace
 
 SUITES = (
     ("live_stream_qa", "Live-Stream QA"),

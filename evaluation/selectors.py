@@ -4,8 +4,8 @@ from collections import defaultdict
 
 from django.http import Http404
 
-from console.models import Workspace
 from evaluation.models import EvalResult, EvalRun, EvalSet, EvalSetVersion
+from workspaces.models import Workspace
 
 
 class Tally:
@@ -112,7 +112,7 @@ def run_get(workspace: Workspace, run_id: int) -> EvalRun:
 
 def run_latency_distribution(run: EvalRun) -> dict:
     """How long the run's cases took, as counts per latency band and outcome (replied, fallback, deadline, …)."""
-    from evaluation.metrics.latency import latency_band_labels, latency_histogram
+    from harness.runtime.latency import latency_band_labels, latency_histogram
 
     by_outcome = defaultdict(list)
     for latency, outcome in run.results.values_list("latency_ms", "outcome"):
@@ -140,7 +140,7 @@ def run_history(workspace: Workspace) -> list[dict]:
 
 def run_replay(run: EvalRun) -> dict:
     """Deployment-replay statistics of a run's traces, plus the run's wall time and throughput."""
-    from evaluation.metrics.latency import replay_stats
+    from harness.runtime.latency import replay_stats
     from harness.selectors import version_spec
 
     deadline = version_spec(run.harness_version).settings.deadline_s

@@ -14,11 +14,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from console.access import ADMIN, WRITE, Actor, require
-from console.identifiers import check_identifier
-from console.jobs import enqueue
-from console.models import Workspace
-from console.services import archived_set, audit_record
 from evaluation.execution import ERRORED, SUITES, errored_outcome, evaluate_case
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from evaluation.progress import publish_progress_sync
@@ -31,6 +26,11 @@ from serving.backends import backend_names
 from serving.backends.openai import close_shared_clients
 from serving.model_config import backend_for
 from serving.traces import prompt_parts_store, split_request
+from workspaces.access import ADMIN, WRITE, Actor, require
+from workspaces.identifiers import check_identifier
+from workspaces.jobs import enqueue
+from workspaces.models import Workspace
+from workspaces.services import archived_set, audit_record
 
 log = logging.getLogger(__name__)
 MAX_CASES = 20_000
@@ -188,7 +188,6 @@ def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersio
                queue: str = "cpu", start: bool = True) -> EvalRun:
     """Create a run and (unless start=False) queue it; the job starts after the transaction commits.
     Without `concurrency`, the backend's own (`default_concurrency`)."""
-    from evaluation.tasks import execute_run
 
     require(actor, workspace, WRITE)
     if concurrency is None:
@@ -213,7 +212,7 @@ def run_create(*, actor: Actor, workspace: Workspace, set_version: EvalSetVersio
         audit_record(actor=actor, workspace=workspace, action="eval_run.create", target_type="eval_run",
                      target_id=run.pk, target_label=str(run), after=run.config)
         if start:
-            transaction.on_commit(lambda: enqueue(execute_run, args=[run.pk], queue=queue))
+            transaction.on_commit(lambda: enqueue("evaluation.execute_run", args=[run.pk], queue=queue))
     return run
 
 

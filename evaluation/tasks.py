@@ -3,8 +3,11 @@
 from celery import shared_task
 from celery.signals import worker_ready
 
-from console.jobs import job_is_running, single_flight
+from evaluation import live_judging
 from evaluation.models import EvalRun
+from evaluation.services import run_execute
+from serving.models import Trace
+from workspaces.jobs import job_is_running, single_flight
 
 EXECUTE_RUN = "evaluation.execute_run"
 
@@ -16,14 +19,19 @@ EXECUTE_RUN = "evaluation.execute_run"
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def execute_run(run_id: int) -> str:
     """Evaluate every case of the run that has no result yet (so a re-delivered task resumes)."""
-    from evaluation.services import run_execute
-
     if not EvalRun.objects.filter(pk=run_id).exists():
         return "vanished"
     with single_flight(EXECUTE_RUN, run_id) as mine:
         if not mine:
             return "already running"
         return run_execute(run_id=run_id)
+
+
+@shared_task(name=live_judging.JUDGE_LIVE_TRACE, acks_late=True, time_limit=300,
+             autoretry_for=(Trace.DoesNotExist,), retry_backoff=1, max_retries=5)
+def judge_live_trace(trace_id: str) -> str:
+    """Score one sampled live reply (retried while the buffered trace writer has not stored it yet)."""
+    return live_judging.judge_live_trace(trace_id)
 
 
 @worker_ready.connect

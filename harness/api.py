@@ -3,8 +3,6 @@
 from django.db.models import Prefetch
 from ninja import Path, Router, Status
 
-from console.access import READ, require
-from console.schemas import errors, reject_unknown_query
 from harness import selectors, services
 from harness.models import Harness, HarnessVersion, Label
 from harness.schemas import (
@@ -20,6 +18,8 @@ from harness.schemas import (
     VersionOut,
 )
 from harness.spec import spec_to_dict
+from workspaces.access import READ, require
+from workspaces.schemas import errors, reject_unknown_query
 
 router = Router(tags=["harnesses"])
 

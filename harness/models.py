@@ -9,8 +9,8 @@ is kept as a LabelMove, so rollback is just a move back.
 from django.conf import settings
 from django.db import models
 
-from console.identifiers import validate_identifier
-from console.models import ActorKind, Workspace
+from workspaces.identifiers import validate_identifier
+from workspaces.models import ActorKind, Workspace
 
 
 class ImmutableRowError(RuntimeError):

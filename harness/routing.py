@@ -2,27 +2,17 @@
 
 The reply API resolves a label (and looks for a running experiment) on every request; these change only
 when someone moves a label or starts/stops an experiment. A process keeps what it resolved beside a
-token per harness that lives in the shared cache (Redis); every such change replaces the token, so
+token per harness (workspaces.tokens: replaced by every such change, read in one cache round trip), so
 every process sees the change on its next request at the cost of one cache read instead of the queries.
-
-The token is replaced twice: inside the writer's transaction (a reader of a new token must not keep
-what it read before the commit, so the second replacement after the commit invalidates that too) and
-after the commit. A change is therefore visible to every request that starts after the writer returns.
-Without a shared cache (embedded mode, one process serving) the local cache plays the same role.
-
-A token is a random integer, which Django's Redis cache stores as plain digits: the reply API reads it with
-its rate limit in one Redis round trip (`tokens_read`) instead of asking the cache again here.
 """
 
-import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from django.core.cache import cache
-from django.db import transaction
+from workspaces.tokens import current_tokens, token_replaced
 
 _MAX_ENTRIES = 4096
 _memo: dict[tuple[int, Any], tuple[str, Any]] = {}
@@ -40,10 +30,6 @@ class NotRemembered(LookupError):
 def token_key(harness_id: int) -> str:
     """The cache key (before the cache's prefix) of a harness's token."""
     return f"routing:{harness_id}"
-
-
-def new_token() -> int:
-    return secrets.randbits(62) + 1  # never 0, which stands for "no token"
 
 
 @contextmanager
@@ -84,31 +70,9 @@ def routing_token(harness_id: int) -> int:
     return token
 
 
-def current_tokens(*keys: str) -> list[int]:
-    """The tokens under `keys` (cache keys) in one cache read, each made when missing; 0 where the cache
-    cannot say, which never matches a token kept beside something remembered."""
-    found = cache.get_many(keys)
-    missing = [key for key in keys if key not in found]
-    if missing:
-        for key in missing:
-            cache.add(key, new_token(), timeout=None)
-        found.update(cache.get_many(missing))
-    return [token if isinstance(token, int) else 0 for token in (found.get(key) for key in keys)]
-
-
 def routing_changed(harness_id: int) -> None:
     """Call inside the transaction that changes a harness's labels or experiments (or its row)."""
     token_replaced(token_key(harness_id))
-
-
-def token_replaced(key: str) -> None:
-    """Replace the token under `key` now and again after the commit (see the module's docstring); call inside
-    the transaction that changes what the token stands for."""
-    def replace() -> None:
-        cache.set(key, new_token(), timeout=None)
-
-    replace()
-    transaction.on_commit(replace)
 
 
 def remembered(harness_id: int, what: Any, compute: Callable[[], Any]) -> Any:

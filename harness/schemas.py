@@ -5,11 +5,11 @@ from datetime import datetime
 from ninja import Schema
 from pydantic import Field
 
-from console.identifiers import IDENTIFIER_MAX, IDENTIFIER_PATTERN
+from workspaces.identifiers import IDENTIFIER_MAX, IDENTIFIER_PATTERN
 
 VERSION_MAX = 2**31 - 1  # version numbers are PositiveIntegerField
 NOT_BLANK = r"\S"  # some non-space character (services strip and refuse blank text)
-# Label names are identifiers: the one rule harness.services.label_move applies (console/identifiers.py).
+# Label names are identifiers: the one rule harness.services.label_move applies (workspaces/identifiers.py).
 LABEL_PATTERN = IDENTIFIER_PATTERN
 LABEL_MAX = IDENTIFIER_MAX
 

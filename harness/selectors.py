@@ -7,12 +7,12 @@ from collections import OrderedDict
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
-from console.models import Workspace
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.runtime.tools import builtin_names, run_supplied_targets
 from harness.simulator import SANDBOX_TARGETS
 from harness.spec import HarnessSpec, SpecDiff, diff_specs, parse_files
 from harness.spec.canonical import hash_files
+from workspaces.models import Workspace
 
 _SPEC_CACHE: "OrderedDict[str, HarnessSpec]" = OrderedDict()
 _SPEC_CACHE_SIZE = 256

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from console.access import APPROVE, WRITE, Actor, require
-from console.identifiers import check_identifier
-from console.models import Workspace
-from console.services import archived_set, audit_record
 from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.routing import routing_changed
 from harness.selectors import binding_targets
 from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
+from workspaces.access import APPROVE, WRITE, Actor, require
+from workspaces.identifiers import check_identifier
+from workspaces.models import Workspace
+from workspaces.services import archived_set, audit_record
 
 PROTECTED_LABELS = frozenset({"production"})
 MAX_MESSAGE = 500

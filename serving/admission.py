@@ -1,5 +1,5 @@
 """Admitting a reply request in one Redis round trip: its key's per-minute rate limit, the API-access
-generation (console.access; see `services.api_key_remembered`) and the routing token of the harness that will
+generation (workspaces.access; see `services.api_key_remembered`) and the routing token of the harness that will
 probably answer (`harness.routing`), read together by one Lua script instead of five cache commands.
 
 Without Redis (embedded mode: one process, Django's local-memory cache) the same answers come from the
@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 
-from console.access import API_ACCESS_GENERATION
 from harness import routing
 from serving import redis_loop
 from serving.selectors import room_token_key
+from workspaces.access import API_ACCESS_GENERATION
+from workspaces.tokens import new_token
 
 # The tokens from KEYS[first] on, each made when missing (ARGV[2], a fresh one), as `routing.routing_token` makes
 # them: what a process keeps under a token must not answer again once the token was lost (evicted, flushed) and
@@ -85,7 +86,7 @@ def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> A
         return Admission(over_limit=rate_limit_hit(key=key, limit_per_minute=limit_per_minute),
                          keys_generation=cache.get(API_ACCESS_GENERATION) or 0)
     keys = _admit_keys(key, harness_id)
-    replies = _redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S, routing.new_token()])
+    replies = _redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S, new_token()])
     return _admission(replies, limit_per_minute, harness_id)
 
 
@@ -95,7 +96,7 @@ async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int 
     room id) too: the loop's own pipelined connection (serving.redis_loop), or redis-py's asyncio client for a
     URL it does not take; needs REDIS_URL."""
     keys = _admit_keys(key, harness_id, _process_cache().make_key, room_token_key(*room))
-    replies = await _script_on_loop(_ADMIT, _ADMIT_SHA, keys, [WINDOW_TIMEOUT_S, routing.new_token()])
+    replies = await _script_on_loop(_ADMIT, _ADMIT_SHA, keys, [WINDOW_TIMEOUT_S, new_token()])
     *replies, room_token = replies
     return _admission(replies, limit_per_minute, harness_id, room_token=_number(room_token))
 
@@ -124,7 +125,7 @@ def _admission(replies: list, limit_per_minute: int, harness_id: int | None, roo
 async def routing_token_async(harness_id: int) -> int:
     """The routing token of `harness_id` read on the event loop, made when missing (0: Redis cannot say)."""
     keys = [_process_cache().make_key(routing.token_key(harness_id))]
-    (token,) = await _script_on_loop(_TOKENS, _TOKENS_SHA, keys, [0, routing.new_token()])
+    (token,) = await _script_on_loop(_TOKENS, _TOKENS_SHA, keys, [0, new_token()])
     return _number(token)
 
 

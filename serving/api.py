@@ -7,15 +7,16 @@ from django.http import StreamingHttpResponse
 from ninja import Router
 from ninja.errors import AuthenticationError, HttpError
 
-from console.access import API_ACCESS_GENERATION
-from console.schemas import errors, reject_unknown_query
-from harness.routing import current_tokens, tokens_read
+from harness.routing import tokens_read
 from harness.runtime import TurnResult, reply_chunks
 from serving import services
 from serving.admission import HANDED_OVER_ADMISSION, reply_admit
 from serving.auth import RememberedApiKeyAuth
 from serving.schemas import EventsIn, EventsOut, ReplyIn, ReplyOut
 from serving.selection import Selection
+from workspaces.access import API_ACCESS_GENERATION
+from workspaces.schemas import errors, reject_unknown_query
+from workspaces.tokens import current_tokens
 
 router = Router(tags=["replies"])
 
@@ -36,7 +37,7 @@ def _admit(request, room_id: str, harness_name: str | None) -> dict[int, int]:
 
 def _key_current(request, generation: int) -> None:
     """Refuse a key remembered by RememberedApiKeyAuth if it was revoked since: `generation` is the current
-    API-access generation (console.access); when it is not the one the key was remembered under (or the cache
+    API-access generation (workspaces.access); when it is not the one the key was remembered under (or the cache
     cannot say), the database decides."""
     if not generation or generation != request.key_generation:
         key, request.key_generation = services.api_key_checked(request.key_token)
@@ -113,8 +114,9 @@ def _sse(reply: str, final: dict):
 def ingest_events(request, payload: EventsIn):
     """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
     batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""
+    from serving.experiments.ingest import events_ingest
+    from serving.experiments.lifecycle import running_token_key
     from serving.experiments.live import publish_experiment_updates
-    from serving.experiments.services import events_ingest, running_token_key
 
     # One cache read for two tokens: the API-access generation, which stands for the key's query (≈ 1.3 ms a
     # batch), and the workspace's running experiments', for their query.

@@ -9,7 +9,7 @@ class ServingConfig(AppConfig):
 
     def ready(self):
         # Registers the experiment selector with the reply API's version selection.
-        from serving.experiments import services  # noqa: F401
+        from serving.experiments import routing  # noqa: F401
 
         # `make run` sets this for the serving process only, not for management commands or tests.
         if os.environ.get("HARNESSOPS_WARM_MODEL") == "1" and os.environ.get("RUN_MAIN") == "true":

@@ -2,8 +2,8 @@
 
 from ninja.security import HttpBearer
 
-from console.access import Actor
 from serving.services import api_key_authenticate, api_key_remembered
+from workspaces.access import Actor
 
 
 class ApiKeyAuth(HttpBearer):

@@ -29,7 +29,6 @@ from django.db import connection
 from django.http import Http404
 from django.http.request import split_domain_port, validate_host
 
-from console.access import READ, Actor, capabilities
 from harness import selectors as harness_selectors
 from harness.routing import NotRemembered, from_memory, tokens_read
 from harness.runtime import TurnInput, react_baseline_spec
@@ -37,7 +36,7 @@ from serving import loop_db, redis_loop
 from serving.admission import HANDED_OVER_ADMISSION, Admission, reply_admit_async, routing_token_async
 from serving.api import reply_out
 from serving.backends import backend_family
-from serving.experiments.services import experiment_routing
+from serving.experiments.routing import experiment_routing
 from serving.model_config import backend_for
 from serving.models import Room, Trace
 from serving.schemas import ReplyIn, ReplyOut
@@ -52,6 +51,7 @@ from serving.services import (
     turn_room,
 )
 from serving.traces import trace_row, trace_store_on_loop
+from workspaces.access import READ, Actor, capabilities
 
 log = logging.getLogger(__name__)
 

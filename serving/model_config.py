@@ -3,23 +3,23 @@
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from serving.backends import ModelBackend, backend_family, backend_names, create_backend, is_backend_name
+from harness.model_protocol import ModelBackend
+from serving.backends import backend_family, backend_names, create_backend, is_backend_name
 from serving.backends.scripted import ScriptedBackend, steps_from_json
+from serving.model_sources import local_default_path, model_names, named_model
 
 
 def available_backends(workspace=None) -> list[str]:
     """Backends this deployment can use: scripted only outside production and with a script
     (HARNESSOPS_SCRIPTED_STEPS; without one every turn would fail), openai only when configured; then,
-    given a workspace, its registered training checkpoints (`checkpoint:<id>`)."""
+    given a workspace, the models registered for it (training's checkpoints, `checkpoint:<id>`)."""
     names = [n for n in backend_names()
              if not (n == "scripted" and (settings.PRODUCTION or not settings.SCRIPTED_STEPS))]
     names = [n for n in names if n != "transformers"]  # a model directory is named as a checkpoint instead
     if not settings.OPENAI_BASE_URL:
         names = [n for n in names if n != "openai"]
     if workspace is not None:
-        from training.selectors import backend_choices
-
-        names += backend_choices(workspace)
+        names += model_names(workspace)
     return names
 
 
@@ -34,10 +34,8 @@ def backend_for(name: str | None = None, *, workspace=None) -> ModelBackend:
         raise ImproperlyConfigured(f"Unknown model backend “{name}”; choose one of {', '.join(backend_names())} "
                                    "or checkpoint:<id>.")
     if backend_family(name) == "checkpoint" and workspace is not None:
-        from training.selectors import checkpoint_for_backend
-
-        checkpoint = checkpoint_for_backend(name)
-        if checkpoint is None or checkpoint.workspace_id != workspace.pk:
+        model = named_model(name)
+        if model is None or model.workspace_id != workspace.pk:
             raise ImproperlyConfigured(f"No checkpoint “{name}” in this workspace.")
     if name == "scripted":
         if settings.PRODUCTION:
@@ -60,6 +58,4 @@ def local_model_path():
     default once `manage.py build_default_model` has built it, else (None) the base SmolLM2 GGUF."""
     if settings.LOCAL_MODEL:
         return settings.LOCAL_MODEL
-    from training.default_model import built_path
-
-    return built_path(settings.VAR_DIR)
+    return local_default_path(settings.VAR_DIR)

@@ -27,13 +27,13 @@ def trained_default() -> dict | None:
     from pathlib import Path
 
     from serving.model_config import local_model_path
-    from training.default_model import built_path, manifest
+    from serving.model_sources import local_default_manifest, local_default_path
 
     served = local_model_path()
-    built = built_path(settings.VAR_DIR)
+    built = local_default_path(settings.VAR_DIR)
     if served is None or built is None or Path(served) != built:
         return None
-    return manifest()
+    return local_default_manifest()
 
 
 def _percent(value) -> str:

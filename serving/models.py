@@ -2,9 +2,9 @@
 
 from django.db import models
 
-from console.identifiers import validate_identifier
-from console.models import Workspace
 from harness.models import Harness, HarnessVersion
+from workspaces.identifiers import validate_identifier
+from workspaces.models import Workspace
 
 
 class ApiKey(models.Model):

@@ -26,7 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
-from serving.backends import BackendError, ModelBackend, ModelResponse, backend_names, create_backend
+from harness.model_protocol import BackendError, ModelBackend, ModelResponse
+from serving.backends import backend_names, create_backend
 from serving.backends.scripted import steps_from_json
 
 T = TypeVar("T")

@@ -13,11 +13,11 @@ from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from console.models import Workspace
 from harness.models import Harness
 from serving.gathering import Gathering
 from serving.models import PromptPart, Room, Trace
 from serving.traces import joined_request, request_digests
+from workspaces.models import Workspace
 
 
 def rooms(workspace: Workspace) -> QuerySet[Room]:

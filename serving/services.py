@@ -15,21 +15,8 @@ from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 
-from console.access import (
-    ADMIN,
-    API_KEY_SCOPES,
-    READ,
-    Actor,
-    api_access_changed,
-    api_access_generation,
-    require,
-)
-from console.identifiers import check_identifier, identifier_problem
-from console.models import Workspace
-from console.services import audit_record
 from harness import selectors as harness_selectors
 from harness.models import Harness
-from harness.routing import token_replaced
 from harness.runtime import (
     HttpPolicy,
     RoomContext,
@@ -44,6 +31,19 @@ from serving.models import ApiKey, Room, Trace
 from serving.selection import Selection, select_version
 from serving.selectors import RoomRoute, room_route, room_token_key
 from serving.traces import trace_row, trace_store
+from workspaces.access import (
+    ADMIN,
+    API_KEY_SCOPES,
+    READ,
+    Actor,
+    api_access_changed,
+    api_access_generation,
+    require,
+)
+from workspaces.identifiers import check_identifier, identifier_problem
+from workspaces.models import Workspace
+from workspaces.services import audit_record
+from workspaces.tokens import token_replaced
 
 KEY_PREFIX = "hok"
 
@@ -92,7 +92,7 @@ def api_key_revoke(*, actor: Actor, key: ApiKey) -> ApiKey:
 
 # Remembered keys (the reply route) --------------------------------------------------------------------
 # The reply route authenticates from a per-process memo of token → key (and its workspace), each entry
-# tagged with the API-access generation read before the key was (console.access: every revocation and every
+# tagged with the API-access generation read before the key was (workspaces.access: every revocation and every
 # change of a workspace's tool hosts replaces it after its commit). The route reads the current generation in
 # its one Redis round trip (serving/admission.py); a changed one sends the request back to the database, so
 # a revoked key is refused by the first request after the revocation returns, in every process. Entries also

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from console.access import Actor
-from console.models import Membership, Role, Workspace
 from harness import services
 from harness.spec import read_dir
+from workspaces.access import Actor
+from workspaces.models import Membership, Role, Workspace
 
 DEMO_HARNESS = Path(__file__).resolve().parent.parent / "harness" / "demo" / "avatar"
 PASSWORD = "correct-horse-battery"

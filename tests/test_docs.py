@@ -65,7 +65,7 @@ def test_every_documented_command_exists_and_parses(where, words):
 def test_safe_recipes_run_as_written(capsys):
     from django.contrib.auth import get_user_model
 
-    from console.models import Membership
+    from workspaces.models import Membership
 
     ran = set()
     for where, (name, *args) in manage_commands():

@@ -2,11 +2,11 @@
 
 from ninja import Router, Status
 
-from console.access import READ, WRITE, require
-from console.schemas import errors
 from training import selectors, services
 from training.models import Checkpoint, TrainingJob
 from training.schemas import CheckpointOut, JobIn, JobOut
+from workspaces.access import READ, WRITE, require
+from workspaces.schemas import errors
 
 router = Router(tags=["training"])
 

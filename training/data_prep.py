@@ -26,11 +26,12 @@ from typing import Any
 from harness.augmentation import HsaConfig, augment
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
+from training.case_hashing import case_content_hash, case_hashes
 from training.datasets import read_jsonl, write_jsonl
-from training.lineage import case_content_hash, check_disjoint
+from training.lineage import check_disjoint
 from training.pipeline_config import PipelineConfig, StageSpec
 from training.results import Reporter, StageFailed
-from training.trajectories import case_hashes, generate_trajectories, jsonl_cases, simulator_cases
+from training.trajectories import generate_trajectories, jsonl_cases, simulator_cases
 
 GENERAL_PROMPTS = Path(__file__).resolve().parent / "data" / "general_instructions.jsonl"
 

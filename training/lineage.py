@@ -1,8 +1,6 @@
-"""Data lineage: a content hash per case, the guard against training on an eval set, and the record.
+"""Data lineage: the guard against training on an eval set, and the record of what a stage trained on.
 
-A case's hash covers what the model sees and what it is graded on (room, viewer, message, dialogue,
-expected behaviour), not its id, suite or meta: the same viewer message in the same room copied into
-another set under a new id is still the same case. IFEval-style records hash their prompt.
+Cases are compared by their content hash (`training.case_hashing`), not their ids.
 
 `check_disjoint(train, exclusions)` raises `LineageError` naming the eval set and the cases when any
 training case is one an eval set (that the job will be judged on) contains. `lineage_record()` is
@@ -16,22 +14,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-# The parts of a Case that make it the same case (see module docstring).
-CASE_KEYS = ("room", "viewer_id", "message", "dialogue", "expected")
+from training.case_hashing import case_content_hash, case_hashes
 
 
 class LineageError(ValueError):
     """Training data overlaps an eval set the job will be judged on."""
-
-
-def case_content_hash(data: Mapping[str, Any]) -> str:
-    """sha256 of a case's content (a `Case.to_dict()` or an IFEval record with a `prompt`)."""
-    if "prompt" in data and "message" not in data:
-        content: Any = {"prompt": data["prompt"]}
-    else:
-        content = {key: data.get(key) for key in CASE_KEYS}
-    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def digest(hashes: Iterable[str]) -> str:
@@ -64,7 +51,7 @@ def planned_case_hashes(config: Any) -> dict[str, str]:
     refused before it is queued. The stages check their prepared data again (`data_prep`)."""
     from pathlib import Path
 
-    from training.trajectories import case_hashes, jsonl_cases, simulator_cases
+    from training.trajectories import jsonl_cases, simulator_cases
 
     data = config.data
     planned: dict[str, str] = {}

@@ -9,9 +9,9 @@ parent checkpoint, so the chain base → SFT → OPD → RL is the registry's li
 
 from django.db import models
 
-from console.models import Workspace
 from evaluation.models import EvalRun, EvalSetVersion
 from harness.models import HarnessVersion
+from workspaces.models import Workspace
 
 
 class TrainingJob(models.Model):

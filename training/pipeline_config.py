@@ -86,7 +86,7 @@ class DataConfig:
     simulator_rooms: int = knob(1, "Rooms those cases are spread over.")
     cases_jsonl: tuple[str, ...] = knob((), "Imported JSONL files of cases (Case.to_dict() per line).")
     exclude: dict[str, list[str]] = knob({}, "Eval-set label → content hashes of its cases "
-                                             "(training.lineage.case_content_hash): the job refuses data that "
+                                             "(training.case_hashing.case_content_hash): the job refuses data that "
                                              "contains any of them.")
 
     def check(self) -> None:

@@ -31,12 +31,12 @@ from typing import Any
 
 import torch
 
+from harness.model_protocol import BackendError, ModelResponse
 from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.runtime.messages import assemble_messages
 from harness.simulator import SandboxTools
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
-from serving.backends import BackendError, ModelResponse
 from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
 from training.trajectories import TRAINING_NOW
 

@@ -2,8 +2,8 @@
 
 from django.http import Http404
 
-from console.models import Workspace
 from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
+from workspaces.models import Workspace
 
 MAX_POINTS = 5000  # curve points sent in a snapshot; a longer job sends its latest ones
 

@@ -23,15 +23,15 @@ from django.core.validators import validate_slug
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from console.access import APPROVE, WRITE, Actor, require
-from console.jobs import enqueue
-from console.models import Workspace
-from console.services import audit_record
 from evaluation.models import EvalSetVersion
 from harness.models import HarnessVersion
 from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
 from training.progress import publish_job_event
 from training.selectors import checkpoint_summary, job_state, metric_point
+from workspaces.access import APPROVE, WRITE, Actor, require
+from workspaces.jobs import enqueue
+from workspaces.models import Workspace
+from workspaces.services import audit_record
 
 log = logging.getLogger(__name__)
 LOG_TAIL = 200
@@ -69,7 +69,7 @@ def pipeline_input(*, config: dict, base_model: str, harness_versions: list[Harn
                    excluded_sets: list[EvalSetVersion], data_sources: dict, imported_path: Path | None) -> dict:
     """The dict `PipelineConfig.from_dict` reads: the submitted config (model, trajectories, stages, seed)
     plus what the job's rows say (harness versions, simulator cases, imported cases, eval-set exclusions)."""
-    from training.lineage import case_content_hash
+    from training.case_hashing import case_content_hash
 
     if "harnesses" in config:
         raise TrainingError("harnesses: choose harness versions instead of giving them in the config.",
@@ -124,7 +124,6 @@ def job_create(*, actor: Actor, workspace: Workspace, name: str, config: dict, h
     seed); `base_model` or `base_checkpoint` override its model. A bad request raises TrainingError
     naming the field and leaves nothing behind: no row, no task.
     """
-    from training.tasks import run_job
 
     require(actor, workspace, WRITE)
     try:
@@ -179,7 +178,7 @@ def job_create(*, actor: Actor, workspace: Workspace, name: str, config: dict, h
                             "harness_versions": [str(v) for v in harness_versions],
                             "excluded_sets": [str(s) for s in excluded_sets]})
         if start:
-            transaction.on_commit(lambda: enqueue(run_job, args=[job.pk], queue="gpu"))
+            transaction.on_commit(lambda: enqueue("training.run_job", args=[job.pk], queue="gpu"))
     return job
 
 

@@ -29,8 +29,9 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from harness.model_protocol import ModelBackend, ModelResponse, ToolCall
 from harness.simulator.cases import Case
-from serving.backends import ModelBackend, ModelResponse, ToolCall, create_backend
+from serving.backends import create_backend
 
 LOAD_SKILL = "load_skill"
 FEEDBACK_PREFIX = "[harness feedback]"

@@ -25,7 +25,7 @@ import copy
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,12 +33,12 @@ from typing import Any
 
 from evaluation.judges.reference import judge_reference
 from harness.augmentation import HsaConfig, augment
+from harness.model_protocol import ModelBackend, ModelResponse
 from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.simulator import SandboxTools, generate_cases
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
-from serving.backends import ModelBackend, ModelResponse
-from training.lineage import case_content_hash
+from training.case_hashing import case_hashes
 from training.teachers import FEEDBACK_PREFIX, teacher_for
 from training.validation import ConfigError, build, knob, require
 
@@ -143,10 +143,6 @@ def jsonl_cases(path: str | Path) -> list[Case]:
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path}:{number}: not a case ({error})") from None
     return cases
-
-
-def case_hashes(cases: Iterable[Case]) -> dict[str, str]:
-    return {case.case_id: case_content_hash(case.to_dict()) for case in cases}
 
 
 # --- generation --------------------------------------------------------------------------------------

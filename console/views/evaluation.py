@@ -11,7 +11,6 @@ from django.shortcuts import redirect, render
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
-from console.access import ADMIN, WRITE
 from console.form_values import decimal_number, whole_number
 from console.pagination import page_from_query
 from console.views.scoping import workspace_view
@@ -33,6 +32,7 @@ from evaluation.services import (
 from harness import selectors as harness_selectors
 from serving.model_config import available_backends
 from serving.model_state import backend_states
+from workspaces.access import ADMIN, WRITE
 
 MAX_UPLOAD = 20 * 1024 * 1024
 

@@ -10,14 +10,15 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from console.access import WRITE
 from console.views.scoping import workspace_view
 from evaluation import selectors as eval_selectors
-from evaluation.evolution import selectors, services
+from evaluation.evolution import decisions, diagnosing, rounds, selectors
+from evaluation.evolution.errors import EvolutionError
 from evaluation.evolution.models import Round
 from evaluation.services import EvalError
 from harness import selectors as harness_selectors
 from harness.spec import SpecInvalid
+from workspaces.access import WRITE
 
 ACTIONS = ("accept", "reject", "edit", "revert")
 
@@ -27,8 +28,8 @@ ACTIONS = ("accept", "reject", "edit", "revert")
 def diagnosis_request(request, run_id: int):
     run = eval_selectors.run_get(request.workspace, run_id)
     try:
-        diagnosis = services.diagnosis_request(actor=request.actor, run=run)
-    except services.EvolutionError as exc:
+        diagnosis = diagnosing.diagnosis_request(actor=request.actor, run=run)
+    except EvolutionError as exc:
         messages.error(request, str(exc))
         return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
@@ -41,7 +42,7 @@ def _window_time(value: str, field: str) -> datetime:
     try:
         return datetime.strptime(value.strip(), WINDOW_FORMAT).replace(tzinfo=UTC)
     except ValueError:
-        raise services.EvolutionError(f"The window's {field} must be a date and time (YYYY-MM-DDTHH:MM, UTC).") \
+        raise EvolutionError(f"The window's {field} must be a date and time (YYYY-MM-DDTHH:MM, UTC).") \
             from None
 
 
@@ -53,16 +54,16 @@ def live_diagnosis_request(request, name: str):
     try:
         number = request.POST.get("version", "")
         if not number.isdigit():
-            raise services.EvolutionError("Choose the version whose live traffic to diagnose.")
+            raise EvolutionError("Choose the version whose live traffic to diagnose.")
         try:
             version = harness_selectors.version_get(harness, int(number))
         except Http404:
-            raise services.EvolutionError(f"“{harness.name}” has no version v{int(number)}.") from None
-        diagnosis = services.diagnosis_request_live(
+            raise EvolutionError(f"“{harness.name}” has no version v{int(number)}.") from None
+        diagnosis = diagnosing.diagnosis_request_live(
             actor=request.actor, harness=harness, version=version,
             start=_window_time(request.POST.get("start", ""), "start"),
             end=_window_time(request.POST.get("end", ""), "end"))
-    except services.EvolutionError as exc:
+    except EvolutionError as exc:
         form = {"version": request.POST.get("version", ""), "start": request.POST.get("start", ""),
                 "end": request.POST.get("end", "")}
         return _history(request, harness, live_form=form, live_error=f"Not diagnosed: {exc}", status=422)
@@ -107,19 +108,19 @@ def proposal_action(request, proposal_id: int, action: str):
     diagnosis = proposal.diagnosis
     try:
         if action == "accept":
-            services.proposal_accept(actor=request.actor, proposal=proposal)
+            decisions.proposal_accept(actor=request.actor, proposal=proposal)
         elif action == "reject":
-            services.proposal_reject(actor=request.actor, proposal=proposal, reason=request.POST.get("reason", ""))
+            decisions.proposal_reject(actor=request.actor, proposal=proposal, reason=request.POST.get("reason", ""))
         elif action == "edit":
-            services.proposal_edit(actor=request.actor, proposal=proposal, user=request.user)
+            decisions.proposal_edit(actor=request.actor, proposal=proposal, user=request.user)
             url = reverse("harness_edit", kwargs={"ws": request.workspace.slug, "name": diagnosis.harness.name})
             return redirect(url + "?" + urlencode({"path": proposal.target or "harness.yaml"}))
         else:
-            version = services.proposal_revert(actor=request.actor, proposal=proposal)
+            version = decisions.proposal_revert(actor=request.actor, proposal=proposal)
             messages.success(request, f"Reverted edit #{proposal.pk} as v{version.number}.")
             return redirect("evolution_history", ws=request.workspace.slug, name=diagnosis.harness.name)
         error, status = "", 200
-    except services.EvolutionError as exc:
+    except EvolutionError as exc:
         error, status = str(exc), 422
     if not request.htmx:
         if error:
@@ -140,9 +141,9 @@ def round_create(request, diagnosis_id: int):
     """The accepted edits as one candidate version (author: the AI; approver: you)."""
     diagnosis = selectors.diagnosis_get(request.workspace, diagnosis_id)
     try:
-        evolution_round = services.round_create(actor=request.actor, diagnosis=diagnosis)
+        evolution_round = rounds.round_create(actor=request.actor, diagnosis=diagnosis)
         messages.success(request, f"Created the candidate v{evolution_round.candidate.number}.")
-    except (services.EvolutionError, SpecInvalid) as exc:
+    except (EvolutionError, SpecInvalid) as exc:
         messages.error(request, str(exc))
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=diagnosis.pk)
 
@@ -160,8 +161,8 @@ def round_evaluate(request, round_id: int):
             set_name, _, number = request.POST["set"].partition("@v")
             set_version = eval_selectors.set_version_get(request.workspace, set_name,
                                                          int(number) if number.isdigit() else 0)
-        services.round_evaluate(actor=request.actor, evolution_round=evolution_round, set_version=set_version)
-    except (services.EvolutionError, EvalError, Http404) as exc:
+        rounds.round_evaluate(actor=request.actor, evolution_round=evolution_round, set_version=set_version)
+    except (EvolutionError, EvalError, Http404) as exc:
         messages.error(request, str(exc))
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=evolution_round.diagnosis_id)
 

@@ -5,15 +5,21 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.access import ADMIN, WRITE
 from console.form_values import decimal_number, to_decimal
 from console.views.scoping import workspace_view
 from harness import selectors as harness_selectors
-from serving.experiments import services as experiment_services
+from serving.experiments import lifecycle
+from serving.experiments.guardrails import guardrail_thresholds
+from serving.experiments.lifecycle import (
+    ExperimentError,
+    experiment_create,
+    experiment_start,
+    experiment_stop,
+)
 from serving.experiments.live import publish_experiment
-from serving.experiments.selectors import experiment_arms, experiment_snapshot, guardrail_thresholds
-from serving.experiments.services import ExperimentError, experiment_create, experiment_start, experiment_stop
+from serving.experiments.selectors import experiment_arms, experiment_snapshot
 from serving.models import Experiment
+from workspaces.access import ADMIN, WRITE
 
 
 def _experiment(request, key: str) -> Experiment:
@@ -124,7 +130,7 @@ def experiment_archive(request, key: str):
     experiment = _experiment(request, key)
     archive = request.POST.get("archived", "1") != "0"
     try:
-        experiment_services.experiment_archive(actor=request.actor, experiment=experiment, archived=archive)
+        lifecycle.experiment_archive(actor=request.actor, experiment=experiment, archived=archive)
     except ExperimentError as exc:
         messages.error(request, str(exc))
         return redirect("experiment_detail", ws=request.workspace.slug, key=key)
@@ -137,7 +143,7 @@ def experiment_archive(request, key: str):
 def experiment_delete(request, key: str):
     experiment = _experiment(request, key)
     try:
-        experiment_services.experiment_delete(actor=request.actor, experiment=experiment)
+        lifecycle.experiment_delete(actor=request.actor, experiment=experiment)
     except ExperimentError as exc:
         messages.error(request, f"Not deleted: {exc}")
         return redirect("experiment_detail", ws=request.workspace.slug, key=key)

@@ -12,15 +12,15 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from console.access import WRITE
 from console.form_values import whole_number
-from console.identifiers import InvalidIdentifier
 from console.views.scoping import workspace_view
 from evaluation.selectors import version_evidence
 from harness import selectors, services
 from harness.skeletons import skeleton, skeleton_path
 from harness.spec import SpecInvalid, parse_files, render_system_prompt
 from harness.spec.locate import error_line
+from workspaces.access import WRITE
+from workspaces.identifiers import InvalidIdentifier
 
 MODULE_ORDER = (("settings", "Settings"), ("skills", "Skills"), ("tools", "Tools"), ("hooks", "Hooks"),
                 ("prompt", "Prompt blocks"))

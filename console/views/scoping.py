@@ -5,8 +5,8 @@ from functools import wraps
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 
-from console.access import READ, ROLE_CAPABILITIES, Actor
-from console.selectors import workspace_for_user
+from workspaces.access import READ, ROLE_CAPABILITIES, Actor
+from workspaces.selectors import workspace_for_user
 
 
 def workspace_view(capability: str = READ):

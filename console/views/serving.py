@@ -8,7 +8,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from console.access import WRITE
 from console.pagination import page_from_query
 from console.views.scoping import workspace_view
 from harness import selectors as harness_selectors
@@ -19,6 +18,7 @@ from serving.model_config import available_backends
 from serving.model_state import backend_states, outcome_explanation, trained_default
 from serving.models import Trace
 from serving.services import ReplyRequestError, room_reply
+from workspaces.access import WRITE
 
 DIALOGUE_KEEP = 10
 

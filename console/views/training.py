@@ -8,7 +8,6 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.access import APPROVE, WRITE
 from console.form_values import FormValueError, whole_number
 from console.views.scoping import workspace_view
 from evaluation import selectors as eval_selectors
@@ -16,6 +15,7 @@ from evaluation.services import EvalError
 from harness.models import HarnessVersion
 from training import selectors, services
 from training.services import TrainingError
+from workspaces.access import APPROVE, WRITE
 
 # The launch form's starting point: all three stages, a few steps each, the offline SmolLM2 on CPU.
 DEFAULT_CONFIG = {

@@ -8,11 +8,14 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from console.access import ADMIN, API_KEY_SCOPES, Actor, require_workspace_creator
-from console.models import Role
 from console.pagination import page_from_query
-from console.selectors import audit_events, members, workspaces_for_user
-from console.services import (
+from console.views.scoping import workspace_view
+from serving.models import ApiKey
+from serving.services import ApiKeyError, api_key_create, api_key_revoke
+from workspaces.access import ADMIN, API_KEY_SCOPES, Actor, require_workspace_creator
+from workspaces.models import Role
+from workspaces.selectors import audit_events, members, workspaces_for_user
+from workspaces.services import (
     MembershipError,
     ToolHostsError,
     WorkspaceError,
@@ -21,9 +24,6 @@ from console.services import (
     workspace_create,
     workspace_tool_hosts_set,
 )
-from console.views.scoping import workspace_view
-from serving.models import ApiKey
-from serving.services import ApiKeyError, api_key_create, api_key_revoke
 
 
 @login_required

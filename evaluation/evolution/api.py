@@ -2,13 +2,13 @@
 
 from ninja import Router, Status
 
-from console.access import READ, require
-from console.schemas import errors
 from evaluation import selectors as eval_selectors
-from evaluation.evolution import selectors, services
+from evaluation.evolution import decisions, diagnosing, selectors
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal
 from evaluation.evolution.schemas import ClusterOut, DiagnosisOut, LiveDiagnosisIn, ProposalOut, RejectIn
 from harness import selectors as harness_selectors
+from workspaces.access import READ, require
+from workspaces.schemas import errors
 
 router = Router(tags=["evolution"])
 
@@ -44,7 +44,7 @@ def _diagnosis(request, diagnosis_id: int) -> Diagnosis:
 def request_diagnosis(request, run_id: int):
     """Queue a diagnosis (write scope): failure signatures, clusters, stop advice and proposed edits."""
     run = eval_selectors.run_get(request.workspace, run_id)
-    return Status(201, _diagnosis_out(services.diagnosis_request(actor=request.actor, run=run)))
+    return Status(201, _diagnosis_out(diagnosing.diagnosis_request(actor=request.actor, run=run)))
 
 
 @router.post("/harnesses/{name}/diagnoses", response={201: DiagnosisOut, **errors(400, 401, 403, 404, 422)},
@@ -57,7 +57,7 @@ def request_live_diagnosis(request, name: str, payload: LiveDiagnosisIn):
     not before `end` or the window is longer than 31 days; 404 for an unknown harness or version."""
     harness = harness_selectors.harness_get(request.workspace, name)
     version = harness_selectors.version_get(harness, payload.version)
-    return Status(201, _diagnosis_out(services.diagnosis_request_live(
+    return Status(201, _diagnosis_out(diagnosing.diagnosis_request_live(
         actor=request.actor, harness=harness, version=version, start=payload.start, end=payload.end)))
 
 
@@ -85,11 +85,11 @@ def list_proposals(request, diagnosis_id: int, valid: bool | None = None):
 def accept_proposal(request, proposal_id: int):
     """Accept a valid proposal (write scope); accepted edits become one candidate version in the console."""
     proposal = selectors.proposal_get(request.workspace, proposal_id)
-    return _proposal_out(services.proposal_accept(actor=request.actor, proposal=proposal))
+    return _proposal_out(decisions.proposal_accept(actor=request.actor, proposal=proposal))
 
 
 @router.post("/proposals/{proposal_id}/reject", response={200: ProposalOut, **errors(400, 401, 403, 404, 422)})
 def reject_proposal(request, proposal_id: int, payload: RejectIn):
     """Reject with a reason (write scope): later diagnoses read it and never propose the same edit again."""
     proposal = selectors.proposal_get(request.workspace, proposal_id)
-    return _proposal_out(services.proposal_reject(actor=request.actor, proposal=proposal, reason=payload.reason))
+    return _proposal_out(decisions.proposal_reject(actor=request.actor, proposal=proposal, reason=payload.reason))

@@ -12,7 +12,7 @@ diagnosed version).
 
 from django.db import models
 
-from console.models import Workspace
+from workspaces.models import Workspace
 from evaluation.models import EvalRun, RunComparison
 from harness.models import Harness, HarnessVersion
 

@@ -20,13 +20,13 @@ from typing import Any
 from evaluation.evolution.clusters import FailureCluster
 from evaluation.evolution.proposals import Proposal
 from evaluation.evolution.signatures import CaseRecord
+from harness.model_protocol import ModelBackend
 from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.runtime.tools import ToolError, ToolRegistry, declare_run_supplied
 from harness.spec import HarnessSpec, parse_files, read_dir, to_files
-from serving.backends import ModelBackend
 
 PROPOSER_HARNESS = Path(__file__).resolve().parent / "proposer_harness"
-# A workspace's harness of this name is the proposer its diagnoses run (see `services._proposer_spec`), so
+# A workspace's harness of this name is the proposer its diagnoses run (see `diagnosing._proposer_spec`), so
 # operators version it like any harness; without one, the shipped `proposer_harness/` runs.
 PROPOSER_NAME = "evolution-proposer"
 # The read tools close over one diagnosis, so each run passes them as overrides instead of registering them;

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Q
 from django.http import Http404
 
-from console.models import Workspace
+from workspaces.models import Workspace
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
 from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness.models import Harness

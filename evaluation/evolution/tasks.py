@@ -9,7 +9,7 @@ from evaluation.evolution.models import Diagnosis, Round
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def diagnose(diagnosis_id: int) -> str:
     """Cluster the run's failures and propose edits (the analysis is CPU-only: scikit-learn, no model)."""
-    from evaluation.evolution.services import diagnosis_execute
+    from evaluation.evolution.diagnosing import diagnosis_execute
 
     if not Diagnosis.objects.filter(pk=diagnosis_id).exists():
         return "vanished"
@@ -20,7 +20,7 @@ def diagnose(diagnosis_id: int) -> str:
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def evaluate_round(round_id: int) -> str:
     """Evaluate a round's candidate version, then compare it with the diagnosed run and apply the gate."""
-    from evaluation.evolution.services import round_finish
+    from evaluation.evolution.rounds import round_finish
 
     if not Round.objects.filter(pk=round_id).exists():
         return "vanished"

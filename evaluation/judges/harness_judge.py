@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.judges.verdict import Verdict, vote
+from harness.model_protocol import ModelBackend
 from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.spec import HarnessSpec, parse_files, read_dir
-from serving.backends import ModelBackend
 
 JUDGE_HARNESS = Path(__file__).resolve().parents[1] / "judge_harness"
 _JSON = re.compile(r"\{[\s\S]*\}")

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.backends import ModelBackend, create_backend
+from harness.model_protocol import ModelBackend
+from serving.backends import create_backend
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,39}$")
 

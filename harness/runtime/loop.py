@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from harness.model_protocol import BackendError, ModelBackend, ModelResponse, ToolCall
 from harness.runtime.hooks import HookOutcome, SchemaCheck, engine_for
 from harness.runtime.messages import assemble_messages, strip_reasoning, ungrounded_numbers
 from harness.runtime.tools import ToolContext, ToolOutcome, ToolRegistry
@@ -22,7 +23,6 @@ from harness.runtime.trace import TraceRecorder
 from harness.runtime.turn import TurnInput, TurnResult
 from harness.spec import HarnessSpec
 from harness.spec.prompt import shared_openai_tools
-from serving.backends.base import BackendError, ModelBackend, ModelResponse, ToolCall
 
 # A spoken reply is at most reply_max_chars (~3 characters a token, generously) plus room for a
 # few tool calls' JSON; thinking is off by default (see docs/runtime.md). Capped for latency.

@@ -31,9 +31,9 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
 
+from harness.http_pool import LoopSessions, proxy_for, ssl_context
 from harness.runtime.turn import RoomContext
 from harness.spec.model import Tool
-from serving.backends.http_pool import LoopSessions, proxy_for, ssl_context
 
 MAX_RESULT_CHARS = 16_000
 MAX_HTTP_BYTES = 256 * 1024

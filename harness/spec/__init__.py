@@ -5,12 +5,11 @@ package parses it into a `HarnessSpec`, validates it, writes it back in
 canonical form, hashes, diffs and renders it. It imports no Django.
 """
 
-from harness.spec.canonical import spec_to_dict, to_files
+from harness.spec.canonical import FORMAT, spec_to_dict, to_files
 from harness.spec.diff import ModuleChange, SpecDiff, diff_specs
 from harness.spec.errors import SpecError, SpecInvalid
 from harness.spec.files import content_hash, parse_files, read_dir, write_dir
 from harness.spec.model import (
-    FORMAT,
     Condition,
     HarnessSpec,
     Hook,

@@ -11,11 +11,14 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from harness.spec.model import FORMAT, Condition, HarnessSpec, Hook, PromptBlock, Skill, Tool
+if TYPE_CHECKING:  # types only: model.py computes its content hash from this module
+    from harness.spec.model import Condition, HarnessSpec, Hook, PromptBlock, Skill, Tool
+
+FORMAT = "harnessops/v1"  # the format tag every canonical harness.yaml carries and the content hash covers
 
 HARNESS_FILE = "harness.yaml"
 

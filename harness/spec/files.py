@@ -22,10 +22,9 @@ from typing import Any
 
 import yaml
 
-from harness.spec.canonical import HARNESS_FILE, spec_to_dict, to_files
+from harness.spec.canonical import FORMAT, HARNESS_FILE, spec_to_dict, to_files
 from harness.spec.errors import SpecError, SpecInvalid
 from harness.spec.model import (
-    FORMAT,
     Condition,
     HarnessSpec,
     Hook,

@@ -19,8 +19,6 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
-FORMAT = "harnessops/v1"
-
 SKILL_KINDS = ("reply", "strategy")
 BINDING_KINDS = ("builtin", "http", "sandbox")
 SIDE_EFFECTS = ("read", "write")
@@ -250,7 +248,7 @@ class HarnessSpec:
     @cached_property
     def content_hash(self) -> str:
         """sha256 of the canonical files (see docs/harness-format.md)."""
-        from harness.spec.canonical import hash_files, to_files  # canonical.py imports this module
+        from harness.spec.canonical import hash_files, to_files  # the serializer of this model
 
         return hash_files(to_files(self))
 

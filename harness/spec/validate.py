@@ -20,7 +20,7 @@ import celpy
 import jsonschema
 from celpy.celparser import CELParseError
 
-from harness.spec import cel_parser
+import harness.spec.cel_parser as cel_parser
 from harness.spec.canonical import HARNESS_FILE, hook_path, prompt_path, skill_path, to_files, tool_path
 from harness.spec.errors import SpecError
 from harness.spec.model import (

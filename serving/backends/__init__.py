@@ -1,4 +1,5 @@
-"""Model backends: one contract (`base.ModelBackend`), several implementations, chosen by name.
+"""Model backends: the agent loop's one contract (`harness.model_protocol.ModelBackend`), implemented several
+ways and chosen by name.
 
     backend = create_backend("openai", base_url="http://gpu:8000/v1", model="qwen3-8b")
     response = await backend.complete(messages, tools)
@@ -10,7 +11,6 @@ checkpoint, on torch; imported on first use too). Families resolve names with a 
 app registers `checkpoint:<id>`. Pure Python: no Django here.
 """
 
-from serving.backends.base import BackendError, ModelBackend, ModelResponse, ToolCall
 from serving.backends.registry import (
     backend_family,
     backend_names,
@@ -24,10 +24,6 @@ from serving.backends.registry import (
 from serving.backends import local, openai, scripted, transformers_backend  # noqa: E402,F401  isort: skip
 
 __all__ = [
-    "BackendError",
-    "ModelBackend",
-    "ModelResponse",
-    "ToolCall",
     "backend_family",
     "backend_names",
     "create_backend",

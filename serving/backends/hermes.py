@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from serving.backends.base import ToolCall
+from harness.model_protocol import ToolCall
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"

@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 
-from serving.backends.base import BackendError, ModelResponse, ToolCall
-from serving.backends.http_pool import LoopSessions, proxy_for, ssl_context
+from harness.http_pool import LoopSessions, proxy_for, ssl_context
+from harness.model_protocol import BackendError, ModelResponse, ToolCall
 from serving.backends.registry import register_backend
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -23,7 +23,7 @@ _BODY_EXCERPT = 300
 
 
 # One aiohttp session per (event loop, timeout, key), so a reply reuses the connections of the turns before it
-# instead of connecting per turn (serving.backends.http_pool, which says why aiohttp).
+# instead of connecting per turn (harness.http_pool, which says why aiohttp).
 _SESSIONS = LoopSessions()
 MAX_CONNECTIONS = 256  # requests in flight per process and server (eval runs at high concurrency)
 

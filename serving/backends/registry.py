@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from serving.backends.base import ModelBackend
+from harness.model_protocol import ModelBackend
 
 BackendFactory = Callable[..., ModelBackend]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from serving.backends.base import BackendError, ModelResponse, ToolCall
+from harness.model_protocol import BackendError, ModelResponse, ToolCall
 from serving.backends.registry import register_backend
 
 Step = ModelResponse | str | Callable[[list[dict[str, Any]], list[dict[str, Any]]], ModelResponse | str]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.backends.base import BackendError, ModelResponse
+from harness.model_protocol import BackendError, ModelResponse
 from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
 from serving.backends.registry import register_backend
 

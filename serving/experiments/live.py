@@ -1,14 +1,20 @@
-"""Dashboard updates over Channels: the experiment's group name and a debounced publisher off the request path."""
+"""After a change to an experiment: dashboard updates over Channels (debounced, off the request path), and what
+a reply inside it starts (live judging's sample, the guardrail check)."""
 
 import logging
+import random
 import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 
+from serving.experiments.selectors import experiment_snapshot
 from serving.models import Experiment
+from serving.signals import live_trace_sampled
+from workspaces.jobs import enqueue
 
 PUBLISH_EVERY_S = 1
 log = logging.getLogger(__name__)
@@ -24,8 +30,6 @@ def _debounce_key(experiment_id: int) -> str:
 
 def experiment_send(experiment_id: int) -> None:
     """Compute the experiment's snapshot and push it to its dashboard group."""
-    from serving.experiments.selectors import experiment_snapshot
-
     # Cleared before reading, so a change committed from now on schedules a new task (nothing is missed).
     cache.delete(_debounce_key(experiment_id))
     layer = get_channel_layer()
@@ -83,17 +87,13 @@ GUARDRAIL_CHECK_EVERY_S = 10
 
 
 def after_experiment_reply(*, experiment: Experiment, trace_id: str) -> None:
-    """After a reply inside `experiment`: maybe queue its judging, check guardrails now and then, publish."""
-    import random
-
-    from django.conf import settings
-
-    from console.jobs import enqueue
-    from serving.tasks import check_guardrails, judge_live_trace
-
+    """After a reply inside `experiment`: maybe announce it for live judging, check guardrails now and then,
+    publish."""
     if random.random() < settings.LIVE_JUDGE_RATE:
-        transaction.on_commit(lambda: enqueue(judge_live_trace, args=[trace_id], queue="cpu"))
+        experiment_id = experiment.pk
+        transaction.on_commit(lambda: live_trace_sampled.send(sender=Experiment, trace_id=trace_id,
+                                                              experiment_id=experiment_id))
     if experiment.status == Experiment.Status.RUNNING and cache.add(
             f"guardrail-check:{experiment.pk}", 1, timeout=GUARDRAIL_CHECK_EVERY_S):
-        transaction.on_commit(lambda: enqueue(check_guardrails, args=[experiment.pk], queue="cpu"))
+        transaction.on_commit(lambda: enqueue("serving.check_guardrails", args=[experiment.pk], queue="cpu"))
     publish_experiment(experiment)

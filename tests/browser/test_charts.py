@@ -9,7 +9,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
-from serving.experiments.services import experiment_arm_label
+from serving.experiments.lifecycle import experiment_arm_label
 from serving.models import Arm, Experiment, Rollup, Trace
 from tests.conftest import PASSWORD
 

@@ -9,7 +9,6 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from console.access import Actor
 from evaluation import services as eval_services
 from evaluation.evolution.models import Proposal, Round
 from evaluation.models import EvalRun
@@ -21,6 +20,7 @@ from tests.live_servers import (
     start_worker,
     stop,
 )
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), requires_services]
 

@@ -8,13 +8,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.access import Actor
-from console.models import AuditEvent
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from harness import services as harness_services
 from harness.models import Harness, Label, LabelMove
 from serving.models import ApiKey, Arm, Experiment, Rollup, Room, Trace
 from tests.live_servers import log_in, requires_services, start_daphne, stop
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser, requires_services]
 

@@ -10,14 +10,14 @@ from django.db import connection
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from console.access import Actor
 from evaluation.models import Annotation, EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from harness import services as harness_services
-from serving.experiments.services import experiment_create, experiment_start
+from serving.experiments.lifecycle import experiment_create, experiment_start
 from serving.models import Trace
 from serving.services import room_reply, room_upsert
 from tests.conftest import PASSWORD
 from tests.serving.test_reply_api import LOAD_AND_LOOK, ROOM
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SYSTEM = Actor.system("test")

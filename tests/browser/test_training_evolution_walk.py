@@ -9,14 +9,14 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from console.access import Actor
-from evaluation.evolution import services as evolution_services
+from evaluation.evolution.diagnosing import diagnosis_execute
 from evaluation.evolution.models import Diagnosis
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from tests.browser.test_screens_stay_true import PYTHON_REPR, VISIBLE_TEXT, log_in
 from tests.evaluation.evolution_builders import denied_link, passing, skill_missing
 from training import services as training_services
 from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SYSTEM = Actor.system("test")
@@ -75,7 +75,7 @@ def diagnosed_run(workspace, harness) -> tuple[EvalRun, Diagnosis]:
                                   latency_ms=10, reply=record.reply, trace=record.trace)
     diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head, run=run,
                                          created_by="operator", config={"proposer": None})
-    assert evolution_services.diagnosis_execute(diagnosis_id=diagnosis.pk) == "done"
+    assert diagnosis_execute(diagnosis_id=diagnosis.pk) == "done"
     assert diagnosis.proposals.filter(valid=True, status="pending").exists()  # the rules propose an edit
     return run, diagnosis
 

@@ -1,9 +1,9 @@
 import pytest
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.services import room_upsert
 from tests.serving.test_reply_api import ROOM
+from workspaces.access import Actor
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from django.urls import URLPattern, URLResolver, reverse
 from django.utils import timezone
 
 from console import urls as console_urls
-from console.access import Actor
 from evaluation import services as eval_services
 from evaluation.metrics.ifeval import mini_records
 from evaluation.models import EvalResult, EvalRun
@@ -15,6 +14,7 @@ from harness import services
 from serving.models import Experiment, Trace
 from serving.services import api_key_create
 from training.models import TrainingJob
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 

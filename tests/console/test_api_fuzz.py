@@ -18,10 +18,10 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.core.parameters import ParameterLocation
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.services import api_key_create, room_upsert
 from tests.serving.test_reply_api import ROOM
+from workspaces.access import Actor
 
 # Enough to reach every documented answer in the suite; raise it for a deeper local run.
 EXAMPLES_PER_OPERATION = int(os.environ.get("HARNESSOPS_FUZZ_EXAMPLES", "25"))

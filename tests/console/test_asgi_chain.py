@@ -123,9 +123,9 @@ def test_a_page_that_saves_nothing_runs_our_middleware_hooks_on_the_loop(members
 def test_session_messages_and_csrf_still_do_their_io_under_the_async_chain(members, monkeypatch):
     """A login saves its session, a message survives the redirect and is shown once, a forged POST is refused:
     the hooks that touch the database go to a thread (an ORM call on the loop would raise)."""
-    from console.access import Actor
-    from console.models import Workspace
     from evaluation import services as eval_services
+    from workspaces.access import Actor
+    from workspaces.models import Workspace
 
     eval_services.eval_set_generate(actor=Actor.system("t"), workspace=Workspace.objects.get(slug="acme"),
                                     name="lsqa", suite="live_stream_qa", seed=1, n=3)

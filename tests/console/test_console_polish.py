@@ -7,15 +7,15 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.access import Actor
-from console.models import AuditEvent
 from evaluation.models import Annotation, EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from harness import services as harness_services
+from serving.experiments.lifecycle import experiment_create, experiment_start, experiment_stop
 from serving.experiments.selectors import experiment_snapshot
-from serving.experiments.services import experiment_create, experiment_start, experiment_stop
 from serving.models import Experiment, Trace
 from serving.selectors import trace_sent_request
 from tests.serving.test_reply_api import LOAD_AND_LOOK
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

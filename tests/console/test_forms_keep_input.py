@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from console.access import Actor
 from evaluation.models import EvalRun, EvalSet, EvalSetVersion
 from serving.models import Experiment
 from serving.services import api_key_create
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,9 +90,10 @@ def test_a_missing_harness_is_named_in_plain_quotes(client, workspace):
 # Code whose messages reach an operator (pages, API answers, CLI output). Python's repr quotes with ' or ",
 # escapes what it likes and shows None/True as themselves, so these quote names as “name” instead.
 USER_FACING = [
-    "console/identifiers.py", "console/services.py", "harness/services.py", "harness/selectors.py",
+    "workspaces/identifiers.py", "workspaces/services.py", "harness/services.py", "harness/selectors.py",
     "harness/spec/validate.py", "harness/spec/files.py", "serving/model_config.py", "serving/services.py",
-    "serving/experiments/services.py", "evaluation/services.py", "evaluation/judges/reference.py",
+    "serving/experiments/lifecycle.py", "serving/experiments/ingest.py", "serving/experiments/event_checks.py",
+    "serving/experiments/guardrails.py", "evaluation/services.py", "evaluation/judges/reference.py",
     "evaluation/evolution/patches.py", "evaluation/evolution/validation.py", "evaluation/evolution/judging.py",
     "evaluation/evolution/proposals.py", "serving/experiments/assignment.py",
     "training/services.py", "training/validation.py", "training/pipeline.py", "training/rl_config.py",

@@ -7,9 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from console.access import Actor
 from harness import services
 from harness.models import Harness
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,16 @@ from django.core.management import CommandError, call_command
 from django.urls import resolve, reverse
 from django.utils import timezone
 
-from console.access import Actor
-from console.identifiers import (
+from evaluation import services as eval_services
+from evaluation.models import EvalCase, EvalRun, EvalSet, EvalSetVersion
+from harness import services
+from harness.models import Harness, Label
+from serving.experiments.lifecycle import experiment_create
+from serving.models import ApiKey, Arm, Experiment, Room
+from serving.services import ApiKeyError, api_key_create, room_upsert
+from tests.conftest import DEMO_HARNESS
+from workspaces.access import Actor
+from workspaces.identifiers import (
     IDENTIFIER_MAX,
     IdentifierConverter,
     InvalidIdentifier,
@@ -20,16 +28,8 @@ from console.identifiers import (
     identifier_problem,
     validate_identifier,
 )
-from console.models import AuditEvent, Workspace
-from console.services import WorkspaceError, workspace_create
-from evaluation import services as eval_services
-from evaluation.models import EvalCase, EvalRun, EvalSet, EvalSetVersion
-from harness import services
-from harness.models import Harness, Label
-from serving.experiments.services import experiment_create
-from serving.models import ApiKey, Arm, Experiment, Room
-from serving.services import ApiKeyError, api_key_create, room_upsert
-from tests.conftest import DEMO_HARNESS
+from workspaces.models import AuditEvent, Workspace
+from workspaces.services import WorkspaceError, workspace_create
 
 pytestmark = pytest.mark.django_db
 

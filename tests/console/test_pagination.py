@@ -3,11 +3,11 @@
 import pytest
 from django.utils import timezone
 
-from console.access import Actor
-from console.models import AuditEvent
 from console.pagination import page_from_query
 from evaluation.models import EvalCase, EvalResult, EvalRun, EvalSet, EvalSetVersion
 from serving.models import Trace
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

@@ -2,11 +2,11 @@
 
 import pytest
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.models import Trace
 from serving.services import room_upsert
 from tests.serving.test_reply_api import LOAD_AND_LOOK, ROOM
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 

@@ -3,11 +3,11 @@
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from console.access import Actor
-from console.models import Membership, Role
-from console.services import MembershipError, membership_set
 from tests.concurrency import concurrently
 from tests.conftest import make_user
+from workspaces.access import Actor
+from workspaces.models import Membership, Role
+from workspaces.services import MembershipError, membership_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from console.models import AuditEvent, Workspace
 from serving.models import ApiKey
 from serving.services import api_key_authenticate
+from workspaces.models import AuditEvent, Workspace
 
 pytestmark = pytest.mark.django_db
 

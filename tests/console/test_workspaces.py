@@ -7,8 +7,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from console.models import AuditEvent, Membership, Role, Workspace
 from tests.conftest import make_user
+from workspaces.models import AuditEvent, Membership, Role, Workspace
 
 pytestmark = pytest.mark.django_db
 

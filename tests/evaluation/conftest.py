@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from console.access import Actor
+from workspaces.access import Actor
 from evaluation import services as eval_services
 from evaluation.models import EvalRun
 from tests.live_servers import child_env

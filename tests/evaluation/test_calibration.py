@@ -2,8 +2,8 @@
 
 import pytest
 
-from console.access import Actor
-from console.models import Membership, Role
+from workspaces.access import Actor
+from workspaces.models import Membership, Role
 from evaluation import services
 from evaluation.calibration import agreement_report, annotation_queue
 from evaluation.models import Annotation

@@ -5,14 +5,15 @@ import json
 
 import pytest
 
-from console.access import Actor
-from console.models import AuditEvent
-from evaluation.evolution import services
+from evaluation.evolution import calibration, decisions, diagnosing, rounds
+from evaluation.evolution.errors import EvolutionError
 from evaluation.evolution.models import Diagnosis, Proposal, Round
 from evaluation.models import EvalRun
 from harness.models import HarnessVersion
 from serving.services import api_key_create
 from tests.live_servers import requires_services, start_worker, stop, wait_for
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
 
@@ -22,7 +23,7 @@ def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, m
     person = Actor.for_user(members["operator"])
     worker = start_worker()
     try:
-        diagnosis = services.diagnosis_request(actor=person, run=finished_run)
+        diagnosis = diagnosing.diagnosis_request(actor=person, run=finished_run)
         wait_for(lambda: Diagnosis.objects.get(pk=diagnosis.pk).status in ("done", "failed"), 120, "the diagnosis")
         diagnosis.refresh_from_db()
         assert diagnosis.status == "done", diagnosis.error
@@ -32,9 +33,9 @@ def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, m
         assert len(candidates) >= 2, diagnosis.summary
         assert all(p.generator.startswith("rules:") for p in candidates)
 
-        services.proposal_accept(actor=person, proposal=candidates[0])
-        services.proposal_reject(actor=person, proposal=candidates[1], reason="the trigger list is long enough")
-        evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
+        decisions.proposal_accept(actor=person, proposal=candidates[0])
+        decisions.proposal_reject(actor=person, proposal=candidates[1], reason="the trigger list is long enough")
+        evolution_round = rounds.round_create(actor=person, diagnosis=diagnosis)
         candidate = evolution_round.candidate
         assert candidate.number == 2 and candidate.parent_id == finished_run.harness_version_id
         # The AI authored the version; the person approved it: two different actors in the audit log.
@@ -43,7 +44,7 @@ def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, m
         approval = AuditEvent.objects.get(action="evolution.round.approve", target_id=str(candidate.pk))
         assert commit.actor_kind == "system" and approval.actor_label == "operator" and approval.actor_kind == "user"
 
-        run = services.round_evaluate(actor=person, evolution_round=evolution_round)
+        run = rounds.round_evaluate(actor=person, evolution_round=evolution_round)
         assert run.harness_version_id == candidate.pk and run.set_version_id == finished_run.set_version_id
         wait_for(lambda: Round.objects.get(pk=evolution_round.pk).status in ("gated", "failed"), 180, "the gate")
     finally:
@@ -68,14 +69,14 @@ def test_accept_draft_eval_gate_with_a_real_worker(client, workspace, harness, m
     assert 'id="gate"' in review and "Check the evaluation" not in review
 
     # One click reverts the accepted edit on top of the head.
-    reverted = services.proposal_revert(actor=person, proposal=Proposal.objects.get(pk=candidates[0].pk))
+    reverted = decisions.proposal_revert(actor=person, proposal=Proposal.objects.get(pk=candidates[0].pk))
     assert reverted.content_hash == harness.head.content_hash and reverted.number == 3
 
     # The next diagnosis (of the same run) reads the rejection: that edit is no longer a candidate,
     # and clusters keep their ids.
     again = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head, run=finished_run,
                                      created_by="t", config={})
-    assert services.diagnosis_execute(diagnosis_id=again.pk) == "done"
+    assert diagnosing.diagnosis_execute(diagnosis_id=again.pk) == "done"
     again.refresh_from_db()
     rejected = again.proposals.get(fingerprint=candidates[1].fingerprint)
     assert not rejected.valid and rejected.errors[0].startswith("rejected:")
@@ -90,26 +91,26 @@ def test_refusals_leave_nothing_half_written(workspace, harness, members, finish
     person, viewer = Actor.for_user(members["operator"]), Actor.for_user(members["viewer"])
     diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
                                          run=finished_run, created_by="t")
-    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    diagnosing.diagnosis_execute(diagnosis_id=diagnosis.pk)
     proposal = diagnosis.proposals.filter(valid=True).first()
-    with pytest.raises(services.EvolutionError, match="Say why"):
-        services.proposal_reject(actor=person, proposal=proposal, reason="  ")
+    with pytest.raises(EvolutionError, match="Say why"):
+        decisions.proposal_reject(actor=person, proposal=proposal, reason="  ")
     from django.core.exceptions import PermissionDenied
 
     with pytest.raises(PermissionDenied):
-        services.proposal_accept(actor=viewer, proposal=proposal)
-    with pytest.raises(services.EvolutionError, match="Accept at least one"):
-        services.round_create(actor=person, diagnosis=diagnosis)
+        decisions.proposal_accept(actor=viewer, proposal=proposal)
+    with pytest.raises(EvolutionError, match="Accept at least one"):
+        rounds.round_create(actor=person, diagnosis=diagnosis)
     assert Proposal.objects.get(pk=proposal.pk).status == "pending"
     assert HarnessVersion.objects.filter(harness=harness).count() == 1 and not Round.objects.exists()
     invalid = Proposal.objects.create(diagnosis=diagnosis, generator="rules:x", hypothesis="h", diff="x",
                                       base_hash="0", fingerprint="f", valid=False, errors=["applies: no"])
-    with pytest.raises(services.EvolutionError, match="not a candidate"):
-        services.proposal_accept(actor=person, proposal=invalid)
+    with pytest.raises(EvolutionError, match="not a candidate"):
+        decisions.proposal_accept(actor=person, proposal=invalid)
     running = EvalRun.objects.create(workspace=workspace, set_version=finished_run.set_version, harness=harness,
                                      harness_version=harness.head, backend="scripted", total=1, created_by="t")
-    with pytest.raises(services.EvolutionError, match="finished"):
-        services.diagnosis_request(actor=person, run=running)
+    with pytest.raises(EvolutionError, match="finished"):
+        diagnosing.diagnosis_request(actor=person, run=running)
 
 
 def test_api_requests_a_diagnosis_and_decides(client, workspace, harness, finished_run):
@@ -119,7 +120,7 @@ def test_api_requests_a_diagnosis_and_decides(client, workspace, harness, finish
     response = client.post(f"/api/v1/eval/runs/{finished_run.pk}/diagnoses", **auth)
     assert response.status_code == 201 and response.json()["status"] == "queued"
     diagnosis_id = response.json()["id"]
-    services.diagnosis_execute(diagnosis_id=diagnosis_id)  # the job (run inline here)
+    diagnosing.diagnosis_execute(diagnosis_id=diagnosis_id)  # the job (run inline here)
     clusters = client.get(f"/api/v1/diagnoses/{diagnosis_id}/clusters", **auth).json()
     assert clusters and clusters[0]["rank"] == 1 and clusters[0]["cluster_id"].startswith("c-")
     proposals = client.get(f"/api/v1/diagnoses/{diagnosis_id}/proposals?valid=true", **auth).json()
@@ -150,10 +151,10 @@ def test_the_model_proposer_runs_inside_the_diagnosis(settings, workspace, harne
     settings.SCRIPTED_STEPS = [answer]  # every proposer run answers at once with this edit
     diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
                                          run=finished_run, created_by="t", config={"proposer": "scripted"})
-    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    diagnosing.diagnosis_execute(diagnosis_id=diagnosis.pk)
     made = diagnosis.proposals.filter(generator__startswith="proposer:")
     assert made.exists() and all(p.valid and p.target == path for p in made), list(made.values("errors"))
-    assert made.count() <= services.MODEL_PROPOSALS_PER_DIAGNOSIS
+    assert made.count() <= diagnosing.MODEL_PROPOSALS_PER_DIAGNOSIS
     assert diagnosis.proposals.filter(generator__startswith="rules:").exists()  # both generators, told apart
     diagnosis.refresh_from_db()
     runs = diagnosis.summary["proposer_runs"]
@@ -163,27 +164,27 @@ def test_the_model_proposer_runs_inside_the_diagnosis(settings, workspace, harne
 def test_weak_judge_calibration_flags_a_category(monkeypatch, workspace, harness, members, finished_run):
     from evaluation.models import Annotation
 
-    monkeypatch.setattr(services, "MIN_CALIBRATION_LABELS", 2)
+    monkeypatch.setattr(calibration, "MIN_CALIBRATION_LABELS", 2)
     for result in finished_run.results.all():
         # People disagree with every verdict of the judge: no better than chance (kappa <= 0).
         Annotation.objects.create(result=result, annotator=members["operator"], accuracy=1 - int(result.accuracy),
                                   effectiveness=1.0)
-    calibration = services.category_calibration(finished_run)
-    assert calibration and all(kappa < 0.4 for kappa in calibration.values())
+    kappas = calibration.category_calibration(finished_run)
+    assert kappas and all(kappa < 0.4 for kappa in kappas.values())
     diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
                                          run=finished_run, created_by="t")
-    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    diagnosing.diagnosis_execute(diagnosis_id=diagnosis.pk)
     flagged = [c for c in diagnosis.clusters.all() if c.judge_suspect]
     assert flagged and all("human labels" in " ".join(c.data["suspect_reasons"]) for c in flagged)
     assert not diagnosis.proposals.filter(cluster__in=flagged).exists()
     diagnosis.refresh_from_db()
-    assert diagnosis.config["calibration"] == calibration
+    assert diagnosis.config["calibration"] == kappas
 
 
 def test_edit_opens_the_file_editor_with_the_result(client, workspace, harness, members, finished_run):
     diagnosis = Diagnosis.objects.create(workspace=workspace, harness=harness, version=harness.head,
                                          run=finished_run, created_by="t")
-    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    diagnosing.diagnosis_execute(diagnosis_id=diagnosis.pk)
     proposal = diagnosis.proposals.filter(valid=True).first()
     client.force_login(members["operator"])
     response = client.post(f"/w/acme/evolution/proposals/{proposal.pk}/edit/")
@@ -211,15 +212,15 @@ def test_accepted_edits_of_one_file_merge_and_real_conflicts_are_flagged(workspa
         proposals.append(Proposal.objects.create(
             diagnosis=diagnosis, generator=f"rules:test{n}", hypothesis=f"edit {n}", diff=diff, target=path,
             base_hash=harness.head.content_hash, fingerprint=f"f{n}", valid=True))
-        services.proposal_accept(actor=person, proposal=proposals[-1])
+        decisions.proposal_accept(actor=person, proposal=proposals[-1])
     # A third edit of the same file, on other lines (and adding one): merged, not flagged.
     line = "- Address the viewer directly as \"you\"; never show viewer ids."
     diff = make_diff(files, {**files, path: files[path].replace(line, line + "\n- Never invent a price.")})
     proposals.append(Proposal.objects.create(
         diagnosis=diagnosis, generator="rules:test2", hypothesis="edit 2", diff=diff, target=path,
         base_hash=harness.head.content_hash, fingerprint="f2", valid=True))
-    services.proposal_accept(actor=person, proposal=proposals[-1])
-    evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
+    decisions.proposal_accept(actor=person, proposal=proposals[-1])
+    evolution_round = rounds.round_create(actor=person, diagnosis=diagnosis)
     text = evolution_round.candidate.files[path]
     assert "no emoji at all." in text and "- Never invent a price." in text and "two emoji" not in text
     second = Proposal.objects.get(pk=proposals[1].pk)

@@ -8,10 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console.access import Actor
-from console.models import AuditEvent
 from evaluation import services as eval_services
-from evaluation.evolution import services
+from evaluation.evolution import decisions, diagnosing, rounds
+from evaluation.evolution.errors import EvolutionError
 from evaluation.evolution.models import Diagnosis, Proposal, Round
 from evaluation.evolution.patches import make_diff
 from evaluation.models import EvalRun
@@ -19,6 +18,8 @@ from serving.models import Trace
 from serving.services import api_key_create
 from serving.traces import trace_row, traces_store
 from tests.live_servers import requires_services, start_worker, stop, wait_for
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
 
@@ -63,7 +64,7 @@ def test_a_live_window_is_diagnosed_by_the_worker_into_the_review_queue(client, 
     start, end = _window()
     worker = start_worker()
     try:
-        diagnosis = services.diagnosis_request_live(actor=person, harness=harness, version=harness.head,
+        diagnosis = diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head,
                                                     start=start, end=end)
         assert diagnosis.source == "live" and diagnosis.run_id is None and diagnosis.status == "queued"
         wait_for(lambda: Diagnosis.objects.get(pk=diagnosis.pk).status in ("done", "failed"), 120, "the diagnosis")
@@ -103,27 +104,27 @@ def test_an_empty_window_or_one_without_judge_scores_is_refused_and_nothing_is_s
     person = Actor.for_user(members["operator"])
     start, end = _window()
     far = datetime(2020, 1, 1, tzinfo=UTC)
-    with pytest.raises(services.EvolutionError, match="No live traces of avatar@v1 between 2020-01-01 00:00"):
-        services.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=far,
+    with pytest.raises(EvolutionError, match="No live traces of avatar@v1 between 2020-01-01 00:00"):
+        diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=far,
                                         end=far + timedelta(days=1))
     # A window holding only the unsampled and the abstained traces: live traces, but none with a score.
     quiet = (datetime.now(UTC) - timedelta(minutes=8), datetime.now(UTC))
-    with pytest.raises(services.EvolutionError, match=r"None of the 2 live traces .* has a live judge score "
+    with pytest.raises(EvolutionError, match=r"None of the 2 live traces .* has a live judge score "
                                                       r"\(1 judged, the judge abstained\).*HARNESSOPS_LIVE_JUDGE_RATE"):
-        services.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=quiet[0],
+        diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=quiet[0],
                                         end=quiet[1])
-    with pytest.raises(services.EvolutionError, match="start must be before"):
-        services.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=end, end=start)
-    with pytest.raises(services.EvolutionError, match="longer than 31 days"):
-        services.diagnosis_request_live(actor=person, harness=harness, version=harness.head,
+    with pytest.raises(EvolutionError, match="start must be before"):
+        diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=end, end=start)
+    with pytest.raises(EvolutionError, match="longer than 31 days"):
+        diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head,
                                         start=end - timedelta(days=40), end=end)
-    with pytest.raises(services.EvolutionError, match="not a version of avatar"):
-        services.diagnosis_request_live(actor=person, harness=harness, version=foreign_harness.head, start=start,
+    with pytest.raises(EvolutionError, match="not a version of avatar"):
+        diagnosing.diagnosis_request_live(actor=person, harness=harness, version=foreign_harness.head, start=start,
                                         end=end)
     from django.core.exceptions import PermissionDenied
 
     with pytest.raises(PermissionDenied):
-        services.diagnosis_request_live(actor=Actor.for_user(members["viewer"]), harness=harness,
+        diagnosing.diagnosis_request_live(actor=Actor.for_user(members["viewer"]), harness=harness,
                                         version=harness.head, start=start, end=end)
     assert not Diagnosis.objects.exists() and not AuditEvent.objects.filter(action="evolution.diagnose").exists()
 
@@ -144,7 +145,7 @@ def test_the_api_requests_a_live_diagnosis_with_documented_errors(client, worksp
     out = created.json()
     assert out["source"] == "live" and out["run"] is None and out["status"] == "queued"
     assert out["window_start"].startswith(start.strftime("%Y-%m-%dT%H:%M"))
-    services.diagnosis_execute(diagnosis_id=out["id"])  # the job (run inline here)
+    diagnosing.diagnosis_execute(diagnosis_id=out["id"])  # the job (run inline here)
     assert client.get(f"/api/v1/diagnoses/{out['id']}", **auth).json()["status"] == "done"
     assert client.get(f"/api/v1/diagnoses/{out['id']}/clusters", **auth).json()
 
@@ -168,26 +169,26 @@ def test_the_api_requests_a_live_diagnosis_with_documented_errors(client, worksp
 def test_a_live_diagnosis_round_is_gated_on_a_chosen_dev_set(workspace, harness, members, finished_run, live):
     person = Actor.for_user(members["operator"])
     start, end = _window()
-    diagnosis = services.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=start,
+    diagnosis = diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=start,
                                                 end=end)
-    services.diagnosis_execute(diagnosis_id=diagnosis.pk)
+    diagnosing.diagnosis_execute(diagnosis_id=diagnosis.pk)
     diagnosis.refresh_from_db()
     files, path = dict(harness.head.files), "prompt/40-constraints.md"
     diff = make_diff(files, {**files, path: files[path].replace("at most one emoji.", "no emoji at all.")})
     proposal = Proposal.objects.create(diagnosis=diagnosis, cluster=diagnosis.clusters.first(), generator="rules:test",
                                        hypothesis="emoji", diff=diff, target=path, base_hash=harness.head.content_hash,
                                        fingerprint="f", valid=True)
-    services.proposal_accept(actor=person, proposal=proposal)
-    evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
-    with pytest.raises(services.EvolutionError, match="Choose the eval set"):
-        services.round_evaluate(actor=person, evolution_round=evolution_round)
+    decisions.proposal_accept(actor=person, proposal=proposal)
+    evolution_round = rounds.round_create(actor=person, diagnosis=diagnosis)
+    with pytest.raises(EvolutionError, match="Choose the eval set"):
+        rounds.round_evaluate(actor=person, evolution_round=evolution_round)
     assert Round.objects.get(pk=evolution_round.pk).run_id is None
 
     # The diagnosed version's done run on that set (same backend, reference judge) is the baseline: reused.
-    run = services.round_evaluate(actor=person, evolution_round=evolution_round, set_version=finished_run.set_version)
+    run = rounds.round_evaluate(actor=person, evolution_round=evolution_round, set_version=finished_run.set_version)
     evolution_round.refresh_from_db()
     assert evolution_round.baseline_id == finished_run.pk and run.harness_version_id == evolution_round.candidate_id
-    assert services.round_finish(round_id=evolution_round.pk) == "gated"
+    assert rounds.round_finish(round_id=evolution_round.pk) == "gated"
     evolution_round.refresh_from_db()
     assert evolution_round.comparison.baseline_id == finished_run.pk
     assert "mcnemar_p" in evolution_round.comparison.metrics["accuracy"]
@@ -199,23 +200,23 @@ def test_a_live_round_without_a_baseline_run_evaluates_the_diagnosed_version_fir
                                                                                    finished_run, live):
     person = Actor.for_user(members["operator"])
     start, end = _window()
-    diagnosis = services.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=start,
+    diagnosis = diagnosing.diagnosis_request_live(actor=person, harness=harness, version=harness.head, start=start,
                                                 end=end)
     Diagnosis.objects.filter(pk=diagnosis.pk).update(status="done")
     files, path = dict(harness.head.files), "prompt/40-constraints.md"
     diff = make_diff(files, {**files, path: files[path].replace("at most one emoji.", "no emoji at all.")})
     proposal = Proposal.objects.create(diagnosis=diagnosis, generator="rules:test", hypothesis="emoji", diff=diff,
                                        target=path, base_hash=harness.head.content_hash, fingerprint="f", valid=True)
-    services.proposal_accept(actor=person, proposal=proposal)
-    evolution_round = services.round_create(actor=person, diagnosis=diagnosis)
+    decisions.proposal_accept(actor=person, proposal=proposal)
+    evolution_round = rounds.round_create(actor=person, diagnosis=diagnosis)
     other = eval_services.eval_set_generate(actor=Actor.system("t"), workspace=workspace, name="other",
                                             suite="live_stream_qa", seed=5, n=4)
-    services.round_evaluate(actor=person, evolution_round=evolution_round, set_version=other)
+    rounds.round_evaluate(actor=person, evolution_round=evolution_round, set_version=other)
     evolution_round.refresh_from_db()
     baseline = evolution_round.baseline
     assert baseline.pk != finished_run.pk and baseline.status == "queued"
     assert baseline.harness_version_id == diagnosis.version_id and baseline.set_version_id == other.pk
-    assert services.round_finish(round_id=evolution_round.pk) == "gated"
+    assert rounds.round_finish(round_id=evolution_round.pk) == "gated"
     assert EvalRun.objects.get(pk=baseline.pk).status == "done"
 
 
@@ -240,7 +241,7 @@ def test_the_console_form_requests_a_live_diagnosis_and_reports_an_empty_window(
 
 
 def test_the_live_judge_keeps_its_reasons_for_diagnosis(workspace, harness, settings):
-    from serving.tasks import judge_live_trace
+    from evaluation.tasks import judge_live_trace
     from tests.evaluation.builders import make_trace
 
     settings.MODEL_BACKEND = "scripted"

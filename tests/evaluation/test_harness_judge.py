@@ -8,7 +8,7 @@ import pytest
 from evaluation.judges.harness_judge import HarnessJudge, judge_message, judge_spec, parse_verdict
 from harness.simulator.cases import Case, Expected
 from harness.spec import validate
-from serving.backends import ModelResponse, ToolCall
+from harness.model_protocol import ModelResponse, ToolCall
 from serving.backends.scripted import ScriptedBackend
 
 ROOM = {"room_id": "r", "title": "T", "products": [{"link_id": "L001", "name": "Sweater", "price": 89.0,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from console.access import Actor
+from workspaces.access import Actor
 from evaluation import services
 from evaluation.execution import ERRORED_REASON
 from evaluation.judges import get_judge, register_judge

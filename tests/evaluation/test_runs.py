@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from console.access import Actor
+from workspaces.access import Actor
 from evaluation import services
 from evaluation.metrics.ifeval import mini_records
 from evaluation.models import EvalResult, EvalRun
@@ -290,7 +290,7 @@ def test_run_with_the_harness_judge_records_its_version(workspace, harness, scri
 
 def test_a_protected_label_moves_to_an_unproven_version_only_when_confirmed(client, members, workspace, harness,
                                                                            scripted, actors):
-    from console.models import AuditEvent
+    from workspaces.models import AuditEvent
     from harness import services as harness_services
     from harness.models import Label
 

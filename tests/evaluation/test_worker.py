@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from console.access import Actor
+from workspaces.access import Actor
 from evaluation import services
 from evaluation.models import EvalResult, EvalRun
 from evaluation.tasks import execute_run

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from console.access import Actor
 from serving.services import api_key_create
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 

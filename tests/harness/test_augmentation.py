@@ -552,8 +552,8 @@ def test_rewrite_trajectory_accepts_trace_style_calls_and_the_skill_argument():
 
 
 def test_augmented_spec_runs_end_to_end_with_renamed_tool_and_skill():
+    from harness.model_protocol import ModelResponse, ToolCall
     from harness.runtime import RoomContext, ToolRegistry, TurnInput, run_turn
-    from serving.backends import ModelResponse, ToolCall
     from serving.backends.scripted import ScriptedBackend
 
     aug = augment(DEMO, EVERYTHING, 4)

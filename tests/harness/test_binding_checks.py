@@ -8,14 +8,14 @@ import zipfile
 
 import pytest
 
-from console.access import Actor
+from evaluation.evolution.diagnosing import _proposer_spec
 from evaluation.evolution.proposer import PROPOSER_HARNESS, PROPOSER_NAME, READ_TOOLS
-from evaluation.evolution.services import _proposer_spec
 from harness import services
 from harness.models import Harness, HarnessVersion
 from harness.selectors import binding_targets
 from harness.spec import SpecInvalid, parse_files, read_dir
 from serving.services import api_key_create
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

@@ -5,10 +5,10 @@ import threading
 
 import pytest
 
-from console.access import Actor
 from harness import selectors, services
 from harness.models import Label, LabelMove
 from tests.concurrency import concurrently
+from workspaces.access import Actor
 
 SYSTEM = Actor.system("test")
 

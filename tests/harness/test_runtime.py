@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from harness.model_protocol import ModelResponse, ToolCall
 from harness.runtime import (
     RoomContext,
     ToolError,
@@ -18,7 +19,6 @@ from harness.runtime import (
 )
 from harness.spec import HarnessSpec, Settings, validate
 from harness.spec.model import Condition, Hook, PromptBlock, Skill, Tool, ToolBinding
-from serving.backends import ModelResponse, ToolCall
 from serving.backends.scripted import ScriptedBackend
 
 ROOM = RoomContext.from_dict({

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from harness.model_protocol import ModelResponse, ToolCall
 from harness.runtime import RoomContext, ToolContext, ToolError, TurnInput, engine_for, run_turn
 from harness.simulator import (
     CATEGORIES,
@@ -23,7 +24,6 @@ from harness.simulator import (
     load_demo_room,
 )
 from harness.spec import parse_files, read_dir
-from serving.backends import ModelResponse, ToolCall
 from serving.backends.scripted import ScriptedBackend
 
 DEMO = Path(__file__).resolve().parents[2] / "harness" / "demo" / "avatar"

@@ -4,10 +4,10 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
-from console.models import AuditEvent
 from harness import selectors, services
 from harness.models import Draft, HarnessVersion, ImmutableRowError, Label, LabelMove
 from harness.spec import SpecInvalid, content_hash, parse_files
+from workspaces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

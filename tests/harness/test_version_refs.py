@@ -6,10 +6,10 @@ import json
 import pytest
 from django.urls import reverse
 
-from console.access import Actor
 from harness import selectors
 from harness.models import HarnessVersion
 from serving.services import api_key_create
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

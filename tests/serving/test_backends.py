@@ -15,11 +15,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.management import CommandError, call_command
 
+from harness.model_protocol import BackendError, ModelBackend, ModelResponse, ToolCall
 from serving.backends import (
-    BackendError,
-    ModelBackend,
-    ModelResponse,
-    ToolCall,
     backend_names,
     create_backend,
     register_backend,
@@ -427,7 +424,7 @@ def test_openai_calls_a_remote_server_through_the_environments_proxy_and_a_loopb
 
 
 def test_the_proxy_of_a_model_server_follows_the_scheme_no_proxy_and_lower_case_first(proxy_environment):
-    from serving.backends.http_pool import proxy_for
+    from harness.http_pool import proxy_for
 
     assert proxy_for("http://model.test:8000/v1/chat/completions") is None  # no proxy configured
     proxy_environment(HTTP_PROXY="http://proxy.corp:3128", HTTPS_PROXY="http://secure.corp:3128")

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from harness import services as harness_services
-from serving.experiments.services import experiment_create, experiment_start
+from serving.experiments.lifecycle import experiment_create, experiment_start
 from serving.models import Trace
 from serving.services import api_key_create, room_upsert
 from tests.live_servers import log_in, requires_services, start_deployed, start_worker, stop, wait_for
@@ -25,7 +25,7 @@ VERDICT = json.dumps({"accuracy": 1, "effectiveness": 1, "reasons": ["fine"]})
 
 
 def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_fixture):
-    from console.access import Actor
+    from workspaces.access import Actor
 
     system = Actor.system("test")
     harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")

@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.experiments import statistics as stats
+from serving.experiments.lifecycle import experiment_arm_label, experiment_create, experiment_start
 from serving.experiments.selectors import experiment_snapshot
-from serving.experiments.services import experiment_arm_label, experiment_create, experiment_start
 from serving.models import Rollup, Trace
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

@@ -8,16 +8,16 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from console.access import Actor
-from console.models import AuditEvent
 from harness import services as harness_services
 from serving.experiments.assignment import assign
+from serving.experiments.lifecycle import experiment_create, experiment_start, experiment_stop
 from serving.experiments.selectors import experiment_snapshot
-from serving.experiments.services import experiment_create, experiment_start, experiment_stop
 from serving.models import Event, Experiment, Exposure, Rollup, Trace
 from serving.services import api_key_create, room_upsert
 from serving.tasks import check_guardrails
 from tests.serving.test_reply_api import ROOM
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")
@@ -138,7 +138,7 @@ def test_a_batch_after_an_experiment_stops_or_starts_sees_the_change(workspace, 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from serving.experiments import services
+    from serving.experiments import ingest
 
     experiment, post = setup
     reply(post, "s1")
@@ -163,7 +163,7 @@ def test_a_batch_after_an_experiment_stops_or_starts_sees_the_change(workspace, 
     Experiment.objects.filter(pk=second.pk).update(status=Experiment.Status.STOPPED)  # around the services
     body, reads = batch(early)
     assert reads == 0 and body["accepted"] == 0  # the kept list, for up to RUNNING_KEPT_S
-    monkeypatch.setattr(services, "RUNNING_KEPT_S", 0.0)
+    monkeypatch.setattr(ingest, "RUNNING_KEPT_S", 0.0)
     body, reads = batch(early)
     assert (reads, body["accepted"], body["errors"]) == (1, 1, [])
 
@@ -274,8 +274,8 @@ def test_a_batch_overlapping_a_stored_one_counts_only_its_new_views(setup):
 def test_text_the_database_cannot_store_is_that_items_error(setup):
     """Through the API neither arrives as such (its parser turns NUL into U+FFFD, and a lone surrogate was
     stored as valid text when tried); a caller in process can still pass them, and gets that item's error."""
-    from console.access import Actor
-    from serving.experiments.services import events_ingest
+    from serving.experiments.ingest import events_ingest
+    from workspaces.access import Actor
 
     experiment, post = setup
     reply(post, "t1")
@@ -308,8 +308,8 @@ def test_text_with_copy_separators_and_backslashes_is_stored_as_sent(setup):
 
 
 def test_a_failure_while_folding_writes_nothing(setup, monkeypatch):
-    from console.access import Actor
-    from serving.experiments import services
+    from serving.experiments import ingest, rollups
+    from workspaces.access import Actor
 
     experiment, post = setup
     reply(post, "f1")
@@ -317,10 +317,10 @@ def test_a_failure_while_folding_writes_nothing(setup, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("fold failed")
 
-    monkeypatch.setattr(services, "_fold_postgresql", broken)
-    monkeypatch.setattr(services, "_fold_python", broken)
+    monkeypatch.setattr(rollups, "_fold_postgresql", broken)
+    monkeypatch.setattr(rollups, "_fold_python", broken)
     with pytest.raises(RuntimeError):
-        services.events_ingest(actor=Actor.system("platform"), workspace=experiment.workspace,
+        ingest.events_ingest(actor=Actor.system("platform"), workspace=experiment.workspace,
                                events=_views(["f1"], k=3))
     assert not Event.objects.exists()
     assert _rollup_sums(experiment) == (0, 0)
@@ -330,7 +330,10 @@ def test_a_failure_while_folding_writes_nothing(setup, monkeypatch):
 def test_views_from_before_a_viewers_exposure_do_not_count_and_both_folds_agree(setup):
     """Views count from a minute before the viewer's exposure on. The PostgreSQL fold (one statement) and the
     Python fold used on SQLite give the same exposures and rollups."""
-    from serving.experiments import services
+    from django.utils import timezone
+
+    from serving.experiments import rollups
+    from serving.experiments.event_checks import validated_event
 
     experiment, post = setup
     viewers = [f"e{i}" for i in range(6)]
@@ -353,8 +356,8 @@ def test_views_from_before_a_viewers_exposure_do_not_count_and_both_folds_agree(
     Exposure.objects.filter(experiment=experiment).update(ipv=0)
     Rollup.objects.filter(experiment=experiment).update(sum_y=0, sum_y2=0)
     experiment.refresh_from_db()
-    valid = [services._validate(e, services.timezone.now())[0] for e in events]
-    services._fold_python(experiment, valid)
+    valid = [validated_event(e, timezone.now())[0] for e in events]
+    rollups._fold_python(experiment, valid)
     assert dict(Exposure.objects.filter(experiment=experiment).values_list("viewer_id", "ipv")) == ipv
     assert sorted(Rollup.objects.filter(experiment=experiment)
                   .values_list("arm_id", "bucket", "sum_y", "sum_y2")) == per_rollup
@@ -362,9 +365,9 @@ def test_views_from_before_a_viewers_exposure_do_not_count_and_both_folds_agree(
 
 @pytest.mark.django_db(False)
 def test_the_earliest_counted_time_of_a_room_agrees_with_the_window_check():
-    """A batch compares each event with its room's earliest counted time, and asks `_outside_window` (for the
+    """A batch compares each event with its room's earliest counted time, and asks `outside_window` (for the
     message) only below it: the two must agree for any running experiments, rooms and times."""
-    from serving.experiments.services import _earliest_counted, _outside_window
+    from serving.experiments.event_checks import earliest_counted, outside_window
 
     rng = random.Random(7)
     start = datetime(2026, 12, 5, 6, 0, tzinfo=UTC)
@@ -376,5 +379,5 @@ def test_the_earliest_counted_time_of_a_room_agrees_with_the_window_check():
         for room in rooms:
             for minute in range(-2, 33):
                 event = {"room_id": room, "ts": start + timedelta(minutes=minute, seconds=rng.choice([0, 30]))}
-                earliest = _earliest_counted(room, running)
-                assert (earliest is not None and event["ts"] < earliest) == bool(_outside_window(event, running))
+                earliest = earliest_counted(room, running)
+                assert (earliest is not None and event["ts"] < earliest) == bool(outside_window(event, running))

@@ -9,10 +9,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.signals import request_started
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.models import Room, Trace
 from serving.services import api_key_create, room_upsert
+from workspaces.access import Actor
 
 pytestmark = [
     pytest.mark.skipif(not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
@@ -310,8 +310,8 @@ def test_a_key_revoked_elsewhere_is_refused_at_the_next_reply(platform, workspac
     from django.core.cache import cache
     from django.utils import timezone
 
-    from console.access import API_ACCESS_GENERATION
     from serving.models import ApiKey
+    from workspaces.access import API_ACCESS_GENERATION
 
     assert [a["status"] for a in asgi([(REPLY, HELLO, bearer(platform))] * 2)] == [200, 200]
     ApiKey.objects.filter(workspace=workspace, name="platform").update(revoked_at=timezone.now())
@@ -527,7 +527,7 @@ def test_a_new_key_is_checked_on_the_loop_and_an_unknown_one_refused_by_django(p
 
 def test_a_harness_under_an_experiment_is_answered_by_django(platform, harness, workspace):
     """An arm's reply records the viewer's exposure and publishes the dashboard: the request cycle's work."""
-    from serving.experiments.services import experiment_create, experiment_start
+    from serving.experiments.lifecycle import experiment_create, experiment_start
     from serving.models import Exposure
 
     system = Actor.system("t")

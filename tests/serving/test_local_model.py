@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from serving.backends import BackendError, ModelBackend, create_backend
+from harness.model_protocol import BackendError, ModelBackend
+from serving.backends import create_backend
 from serving.backends.hermes import parse_tool_calls, render_chatml
 from serving.backends.local import _generate, default_model_path, load_model
 from serving.backends.openai import OpenAIBackend

@@ -7,7 +7,7 @@ import socket
 import httpx
 import pytest
 
-from serving.backends import BackendError, ModelResponse, ToolCall
+from harness.model_protocol import BackendError, ModelResponse, ToolCall
 from serving.backends.openai import OpenAIBackend, close_shared_clients
 from serving.openai_compat import ARGUMENT_PIECE_CHARS, _usage
 from serving.vllm import check_health

@@ -6,19 +6,19 @@ from datetime import UTC, datetime
 
 import pytest
 
-from console.access import Actor
-from console.models import AuditEvent
 from harness import services as harness_services
-from serving.experiments.services import (
+from serving.experiments.ingest import events_ingest
+from serving.experiments.lifecycle import (
     ExperimentError,
-    assign_viewer,
-    events_ingest,
     experiment_create,
     experiment_start,
     experiment_stop,
 )
+from serving.experiments.routing import assign_viewer
 from serving.models import Experiment, Exposure, Rollup
 from tests.concurrency import concurrently
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SYSTEM = Actor.system("test")

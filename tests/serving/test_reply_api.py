@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.models import Room, Trace
 from serving.services import api_key_create, room_upsert
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 
@@ -179,8 +179,8 @@ def test_a_key_revoked_by_another_process_is_refused_at_the_next_reply(api, sett
     from django.core.cache import cache
     from django.utils import timezone
 
-    from console.access import API_ACCESS_GENERATION
     from serving.models import ApiKey
+    from workspaces.access import API_ACCESS_GENERATION
 
     settings.SCRIPTED_STEPS = ["hi"]
     assert api("/api/v1/rooms/demo-room/reply", {"message": "hello", "viewer_id": "v"}).status_code == 200

@@ -9,15 +9,15 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from console.access import Actor
 from harness import routing
 from harness import services as harness_services
 from harness.spec import read_dir
-from serving.experiments.services import experiment_create, experiment_start, experiment_stop
+from serving.experiments.lifecycle import experiment_create, experiment_start, experiment_stop
 from serving.selection import select_version
 from serving.services import api_key_create, room_upsert
 from tests.conftest import DEMO_HARNESS
 from tests.serving.test_reply_api import ROOM
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

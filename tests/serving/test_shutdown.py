@@ -10,12 +10,12 @@ import time
 import httpx
 import pytest
 
-from console.access import Actor
 from harness import services as harness_services
 from serving.models import Trace
 from serving.services import api_key_create, room_upsert
 from tests.live_servers import requires_services, start_daphne, start_deployed, stop, wait_for
 from tests.serving.test_reply_api import ROOM
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
 CLIENTS = 8

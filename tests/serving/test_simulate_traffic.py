@@ -7,7 +7,7 @@ module's browser is open, and this command runs its own loop.
 import pytest
 
 from harness import services as harness_services
-from serving.experiments.services import experiment_create, experiment_start
+from serving.experiments.lifecycle import experiment_create, experiment_start
 from serving.services import room_upsert
 from tests.live_servers import requires_services, start_daphne, stop
 from tests.serving.test_reply_api import ROOM
@@ -21,8 +21,8 @@ def test_simulate_traffic_drives_a_running_experiment(workspace, harness):
     """The command talks to a real server over HTTP: replies assign arms, events land once, rollups move."""
     from django.core.management import call_command
 
-    from console.access import Actor
     from serving.models import Event, Exposure, Rollup
+    from workspaces.access import Actor
 
     system = Actor.system("test")
     harness_services.label_move(actor=system, harness=harness, name="production", version=harness.head, reason="go")

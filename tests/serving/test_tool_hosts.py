@@ -8,13 +8,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from console.access import Actor
-from console.services import workspace_tool_hosts_set
 from harness import selectors
 from harness.spec.model import Tool, ToolBinding
 from serving.models import Trace
 from serving.services import room_reply
 from tests.serving.test_reply_api import ROOM
+from workspaces.access import Actor
+from workspaces.services import workspace_tool_hosts_set
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

@@ -139,7 +139,7 @@ def test_a_request_split_into_prompt_parts_joins_back_as_it_was():
 
 
 def test_a_rooms_system_message_and_tools_are_stored_once_per_workspace(workspace):
-    from console.models import Workspace
+    from workspaces.models import Workspace
 
     first, second = trace_data(request=sent()), trace_data(request=sent("and L002?"))
     traces_store([row(workspace, first)])

@@ -1,8 +1,8 @@
 """Builders for the training job tests: the mini harness (short prompts, so CPU steps take seconds) in a
 workspace, and pipeline configs of a tiny random SmolLM2-shaped model."""
 
-from console.access import Actor
 from harness import services as harness_services
+from workspaces.access import Actor
 
 
 def mini_harness(workspace, name: str = "mini"):

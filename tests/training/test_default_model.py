@@ -118,12 +118,12 @@ def test_only_a_stage_trained_on_the_base_packages_as_the_default(tmp_path, tiny
 @pytest.mark.django_db
 def test_the_console_names_the_trained_default_and_opens_the_playground_on_its_harness(
         client, members, workspace, settings, tmp_path, tiny_adapter, monkeypatch):
-    from console.access import Actor
     from harness import services
     from harness.spec import parse_files, read_dir
     from serving.model_state import backend_description
     from training import default_model
     from training.hat.experiment import COMPACT_HARNESS
+    from workspaces.access import Actor
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -176,12 +176,12 @@ def test_a_model_that_answers_wrong_as_often_as_right_does_not_ship():
 def test_the_shipped_default_answers_how_much_is_l001_from_the_tool(client, workspace, settings, tmp_path):
     """The committed adapter itself, not a stand-in: built and served by the local backend on the compact avatar
     it was trained for, it answers the playground's first question with a price the product tool returned."""
-    from console.access import Actor
     from harness import services
     from harness.spec import read_dir
     from serving.models import Trace
     from serving.services import api_key_create, room_upsert
     from training.hat.experiment import COMPACT_HARNESS
+    from workspaces.access import Actor
 
     assert manifest() is not None, "the project ships a trained default (training/default_model/)"
     settings.VAR_DIR, settings.LOCAL_MODEL, settings.MODEL_BACKEND = tmp_path, None, "local"

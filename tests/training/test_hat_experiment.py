@@ -8,6 +8,7 @@ import json
 import pytest
 
 from harness.augmentation import HsaConfig, augment
+from training.case_hashing import case_content_hash
 from training.default_model import ship_decision
 from training.hat import heldout
 from training.hat.experiment import (
@@ -23,7 +24,6 @@ from training.hat.experiment import (
     run_experiment,
 )
 from training.hat.report import render_default_markdown, render_markdown
-from training.lineage import case_content_hash
 
 
 class Quiet:

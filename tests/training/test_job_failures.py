@@ -3,12 +3,12 @@ other fault named in a sentence (its Python class and repr'd arguments stay in t
 
 import pytest
 
-from console.access import Actor
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
 from training import services
 from training.models import TrainingJob
 from training.results import StageFailed
 from training.trajectories import TrajectoryReport
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the job's heartbeat thread has its own connection
 SYSTEM = Actor.system("test")

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from console.access import Actor
-from console.models import AuditEvent
 from evaluation import services as eval_services
 from serving.services import api_key_create
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
 from training import services
 from training.models import Checkpoint, TrainingJob
 from training.services import TrainingError
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")
@@ -77,7 +77,7 @@ def test_launch_records_the_job_and_queues_it_after_commit(workspace, mini, djan
 
 
 def test_lineage_exclusions_are_passed_as_content_hashes(workspace, mini):
-    from training.lineage import case_content_hash
+    from training.case_hashing import case_content_hash
 
     held_out = eval_services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="hv", suite="harness_variant",
                                                seed=3, n=3)

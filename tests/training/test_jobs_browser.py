@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from console.access import Actor
 from tests.live_servers import log_in, requires_services, start_daphne, start_worker, stop
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
 from training import services
 from training.models import TrainingJob, TrainingMetric
 from training.services import JobReporter
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services, pytest.mark.browser]
 LOADED = 120_000  # ms; generous waits: the machine running the tests may be busy

@@ -5,11 +5,11 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from console.access import Actor
 from console.consumers import TrainingJobConsumer
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
 from training import services
 from training.services import JobReporter
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

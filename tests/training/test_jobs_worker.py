@@ -6,12 +6,12 @@ import signal
 
 import pytest
 
-from console.access import Actor
 from tests.live_servers import requires_services, start_worker, stop, wait_for
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
 from training import services
 from training.models import TrainingJob, TrainingMetric
 from training.tasks import run_job
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
 SYSTEM = Actor.system("test")

@@ -9,7 +9,8 @@ import torch
 
 from tests.training.conftest import MINI_HARNESS, RecordingReporter
 from training import rl as rl_module
-from training.lineage import LineageError, case_content_hash
+from training.case_hashing import case_content_hash
+from training.lineage import LineageError
 from training.pipeline import PipelineConfig, TrainingCancelled, run_pipeline
 from training.rewards import register_reward
 from training.rl import alive_mean_scale, gdpo_advantages, zero_spread_groups

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console.access import Actor
-from console.models import AuditEvent
 from evaluation import services as eval_services
 from evaluation.models import EvalRun
 from serving.model_config import available_backends, backend_for
@@ -19,6 +17,8 @@ from serving.services import api_key_create
 from training import services
 from training.models import Checkpoint, CheckpointMatrix
 from training.services import TrainingError
+from workspaces.access import Actor
+from workspaces.models import AuditEvent
 
 # The model loads (and finds its checkpoint row) in a worker thread with its own database connection.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,7 +124,7 @@ def test_matrix_refuses_bad_requests_whole(workspace, foreign_workspace, harness
 
 
 def test_an_experiment_arm_answers_with_a_promoted_checkpoint(workspace, harness, checkpoint, settings):
-    from serving.experiments.services import ExperimentError, experiment_create, experiment_start
+    from serving.experiments.lifecycle import ExperimentError, experiment_create, experiment_start
     from serving.services import room_reply
     settings.MODEL_BACKEND, settings.SCRIPTED_STEPS = "scripted", ["Hello from the default model!"]
     settings.TRACE_WRITES = "sync"

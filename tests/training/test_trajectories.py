@@ -8,9 +8,10 @@ import pytest
 
 from harness.augmentation import HsaConfig, augment
 from harness.simulator.cases import Case
-from training.lineage import LineageError, case_content_hash, check_disjoint, lineage_record
+from training.case_hashing import case_content_hash, case_hashes
+from training.lineage import LineageError, check_disjoint, lineage_record
 from training.teachers import FEEDBACK_PREFIX, teacher_for
-from training.trajectories import TrajectoryConfig, case_hashes, generate_trajectories, strip_retries
+from training.trajectories import TrajectoryConfig, generate_trajectories, strip_retries
 from training.validation import ConfigError
 
 

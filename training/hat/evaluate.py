@@ -27,11 +27,11 @@ import torch
 
 from evaluation.judges.reference import judge_reference
 from evaluation.metrics.ifeval.evaluate import check_record
+from harness.model_protocol import ModelResponse
 from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.simulator import SandboxTools
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
-from serving.backends import ModelResponse
 from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
 from training.trajectories import TRAINING_NOW
 

@@ -35,8 +35,8 @@ from evaluation.metrics.ifeval.evaluate import mini_records, read_records
 from harness.simulator import generate_cases
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec, parse_files, read_dir
+from training.case_hashing import case_content_hash
 from training.hat.heldout import HeldoutVariant, check_banks_disjoint, heldout_variant
-from training.lineage import case_content_hash
 from training.results import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,13 +10,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from console.access import Actor
-from console.models import Membership, Role, Workspace
-from console.services import workspace_create
 from harness import services
 from harness.models import Harness, Label
 from harness.spec import read_dir
 from serving.services import room_upsert
+from workspaces.access import Actor
+from workspaces.models import Membership, Role, Workspace
+from workspaces.services import workspace_create
 
 DEMO_DIR = Path(settings.BASE_DIR) / "harness" / "demo"
 

@@ -1,11 +1,11 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
-from console.access import Actor
-from console.models import Workspace
 from evaluation import selectors
 from evaluation.services import EvalError, run_create, run_execute
 from harness import selectors as harness_selectors
+from workspaces.access import Actor
+from workspaces.models import Workspace
 
 
 class Command(BaseCommand):

@@ -2,10 +2,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.access import Actor
-from console.identifiers import InvalidIdentifier
-from console.models import Workspace
 from evaluation.services import EvalError, eval_set_add_version, eval_set_generate, parse_cases
+from workspaces.access import Actor
+from workspaces.identifiers import InvalidIdentifier
+from workspaces.models import Workspace
 
 
 class Command(BaseCommand):

@@ -3,9 +3,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
-from console.models import Workspace
 from harness import selectors
 from harness.spec import write_dir
+from workspaces.models import Workspace
 
 
 class Command(BaseCommand):

@@ -1,10 +1,10 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from console.access import Actor
-from console.identifiers import InvalidIdentifier
-from console.models import Workspace
 from harness import services
 from harness.spec import SpecInvalid, read_dir
+from workspaces.access import Actor
+from workspaces.identifiers import InvalidIdentifier
+from workspaces.models import Workspace
 
 
 class Command(BaseCommand):

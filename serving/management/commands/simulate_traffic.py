@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 import httpx
 from django.core.management.base import BaseCommand, CommandError
 
-from console.access import Actor
-from console.models import Workspace
 from serving.models import Experiment
 from serving.services import api_key_create
+from workspaces.access import Actor
+from workspaces.models import Workspace
 
 MESSAGES = ["how much is this one?", "is the sweater on screen in M?", "love this stream!", "any discount today?",
             "what's the return policy?", "show the jeans next please", "does this come in navy?"]

@@ -3,7 +3,7 @@
 from django.db.models import QuerySet
 from django.http import Http404
 
-from console.models import AuditEvent, Membership, Workspace
+from workspaces.models import AuditEvent, Membership, Workspace
 
 
 def workspaces_for_user(user) -> QuerySet[Workspace]:

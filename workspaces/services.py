@@ -11,9 +11,9 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from console.access import ADMIN, Actor, api_access_changed, require, require_workspace_creator
-from console.identifiers import identifier_problem
-from console.models import AuditEvent, Membership, Role, Workspace
+from workspaces.access import ADMIN, Actor, api_access_changed, require, require_workspace_creator
+from workspaces.identifiers import identifier_problem
+from workspaces.models import AuditEvent, Membership, Role, Workspace
 
 
 def audit_record(

@@ -1,4 +1,6 @@
-"""The model-backend contract the agent runtime calls. Pure Python: no Django.
+"""The model-backend contract the agent runtime calls (serving.backends implements it). Pure Python: no Django.
+
+It lives under the runtime's package, not serving's: the loop is below the backends in the layers.
 
 A backend takes OpenAI-style chat messages and tool definitions and returns one
 assistant message: text and/or tool calls, plus the numbers the trace records.

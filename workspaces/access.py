@@ -11,7 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 
-from console.models import ActorKind, Membership, Role, Workspace
+from workspaces.models import ActorKind, Membership, Role, Workspace
+from workspaces.tokens import current_tokens, token_replaced
 
 READ, WRITE, APPROVE, ADMIN, INGEST = "read", "write", "approve", "admin", "ingest"
 
@@ -92,16 +93,12 @@ API_ACCESS_GENERATION = "api-access:generation"
 def api_access_changed() -> None:
     """Call inside the transaction that revokes a key or changes what a workspace's requests may do.
 
-    Replaced now and again after the commit, as harness.routing's tokens are: a key read from the database
+    Replaced now and again after the commit, as every workspaces.tokens token is: a key read from the database
     between the two (before the commit is visible) is tagged with the first replacement, which the second
     retires."""
-    from harness.routing import token_replaced
-
     token_replaced(API_ACCESS_GENERATION)
 
 
 def api_access_generation() -> int:
     """The current generation (made on first use; 0 when the cache cannot say)."""
-    from harness.routing import current_tokens
-
     return current_tokens(API_ACCESS_GENERATION)[0]

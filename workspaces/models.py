@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from console.identifiers import validate_identifier
+from workspaces.identifiers import validate_identifier
 
 
 class Role(models.TextChoices):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from evaluation.metrics.latency import percentile, replay_stats
+from harness.runtime.latency import percentile, replay_stats
 
 
 def trace(duration, outcome="replied", ttft=None, steps=()):

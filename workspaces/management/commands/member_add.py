@@ -5,9 +5,9 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.access import Actor
-from console.models import Role, Workspace
-from console.services import MembershipError, membership_set
+from workspaces.access import Actor
+from workspaces.models import Role, Workspace
+from workspaces.services import MembershipError, membership_set
 
 
 class Command(BaseCommand):

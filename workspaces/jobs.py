@@ -3,6 +3,9 @@
 Embedded mode has no broker; its "in-process worker" is a daemon thread per
 job, so a console request that starts a long evaluation returns at once and the
 page can follow the job's progress like it would with a real worker.
+
+Jobs are named by their Celery task name (`evaluation.execute_run`), not by the task object: a service starts
+its app's jobs without importing its tasks module, which imports the services (tasks call services).
 """
 
 import threading
@@ -10,15 +13,26 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection
 
 
-def enqueue(task, *, args: list, queue: str) -> None:
+def enqueue(task_name: str, *, args: list, queue: str) -> None:
+    """Start the job `task_name` with `args` on `queue` (call it after the commit that makes its rows)."""
     if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=task.apply, kwargs={"args": args}, name=f"job-{task.name}", daemon=True).start()
+        task = registered_task(task_name)
+        threading.Thread(target=task.apply, kwargs={"args": args}, name=f"job-{task_name}", daemon=True).start()
     else:
-        task.apply_async(args=args, queue=queue)
+        current_app.send_task(task_name, args=args, queue=queue)
+
+
+def registered_task(task_name: str):
+    """The task registered under `task_name`, importing the apps' tasks modules on first need (a web process
+    imports them only here; a worker at start-up). KeyError for a name no app defines."""
+    if task_name not in current_app.tasks:
+        current_app.loader.import_default_modules()  # runs the app's autodiscovery of `<app>.tasks`
+    return current_app.tasks[task_name]
 
 
 def _lock_keys(name: str, object_id: int) -> tuple[int, int]:

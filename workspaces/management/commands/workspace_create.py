@@ -6,8 +6,8 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from console.access import Actor
-from console.services import WorkspaceError, workspace_create
+from workspaces.access import Actor
+from workspaces.services import WorkspaceError, workspace_create
 
 
 class Command(BaseCommand):

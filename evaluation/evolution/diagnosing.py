@@ -1,0 +1,209 @@
+"""Diagnoses as jobs: a request checks what can be diagnosed and queues it; the worker runs the pure core
+(`diagnosis.py`) over the rows `records.py` reads and stores the result whole.
+
+The request and the job are split by the queue (a diagnosis clusters and may call a model, too slow for a
+request), so a refusal the user can fix is raised at request time, and the job records any later failure on
+the row instead of storing half a result. The job is enqueued by its task name, so this module never
+imports the tasks that call it.
+"""
+
+import asyncio
+import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from evaluation.evolution.calibration import category_calibration
+from evaluation.evolution.errors import EvolutionError
+from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
+from evaluation.evolution.records import MAX_LIVE_TRACES, case_records, judged, live_records, live_traces
+from evaluation.models import EvalResult, EvalRun
+from harness import selectors as harness_selectors
+from harness.models import Harness, HarnessVersion
+from workspaces.access import WRITE, Actor, require
+from workspaces.jobs import enqueue
+from workspaces.services import audit_record
+
+log = logging.getLogger(__name__)
+MODEL_PROPOSALS_PER_DIAGNOSIS = 3  # the model proposer reads the top actionable clusters only
+MAX_LIVE_WINDOW = timedelta(days=31)
+
+
+def diagnosis_request(*, actor: Actor, run: EvalRun) -> Diagnosis:
+    """Queue a diagnosis of a finished run (the job starts after the transaction commits)."""
+    require(actor, run.workspace, WRITE)
+    if run.status != EvalRun.Status.DONE:
+        raise EvolutionError("Only a finished (done) run can be diagnosed.")
+    if run.set_version.eval_set.suite == "ifeval":
+        raise EvolutionError("IFEval runs test the model, not the harness: there is nothing to diagnose.")
+    with transaction.atomic():
+        diagnosis = Diagnosis.objects.create(
+            workspace=run.workspace, harness=run.harness, version=run.harness_version, run=run,
+            created_by=actor.label, config={"proposer": settings.EVOLUTION_PROPOSER or None})
+        audit_record(actor=actor, workspace=run.workspace, action="evolution.diagnose", target_type="diagnosis",
+                     target_id=diagnosis.pk, target_label=str(diagnosis), after={"run": run.pk})
+        transaction.on_commit(lambda: enqueue("evolution.diagnose", args=[diagnosis.pk], queue="cpu"))
+    return diagnosis
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment  # naive times are read as UTC
+
+
+def diagnosis_request_live(*, actor: Actor, harness: Harness, version: HarnessVersion, start: datetime,
+                           end: datetime) -> Diagnosis:
+    """Queue a diagnosis of one version's live traces in [start, end) that carry live judge scores.
+
+    Live judging samples replies of running experiments (HARNESSOPS_LIVE_JUDGE_RATE); a window with no
+    traces, or none judged, is refused with what was found, and nothing is stored."""
+    require(actor, harness.workspace, WRITE)
+    if version.harness_id != harness.pk:
+        raise EvolutionError(f"v{version.number} is not a version of {harness.name}.")
+    start, end = _aware(start), _aware(end)
+    if start >= end:
+        raise EvolutionError("The window's start must be before its end.")
+    if end - start > MAX_LIVE_WINDOW:
+        raise EvolutionError(f"The window is longer than {MAX_LIVE_WINDOW.days} days: choose a shorter one.")
+    span = f"{start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC"
+    traces = live_traces(version, start, end)
+    total = traces.count()
+    if total == 0:
+        raise EvolutionError(f"No live traces of {harness.name}@v{version.number} between {span}: "
+                             "choose a window in which this version answered viewers.")
+    scored = judged(traces).count()
+    if scored == 0:
+        abstained = traces.exclude(judge_version="").count()
+        raise EvolutionError(
+            f"None of the {total} live traces of {harness.name}@v{version.number} between {span} has a live "
+            f"judge score{f' ({abstained} judged, the judge abstained)' if abstained else ''}: the live judge "
+            f"scores a sample ({settings.LIVE_JUDGE_RATE:.0%}, HARNESSOPS_LIVE_JUDGE_RATE) of the replies "
+            "served inside an experiment. Choose a longer window, or diagnose an eval run.")
+    backends = Counter(judged(traces).values_list("backend", flat=True)[:MAX_LIVE_TRACES])
+    with transaction.atomic():
+        diagnosis = Diagnosis.objects.create(
+            workspace=harness.workspace, harness=harness, version=version, source=Diagnosis.Source.LIVE,
+            window_start=start, window_end=end, created_by=actor.label,
+            config={"proposer": settings.EVOLUTION_PROPOSER or None, "backend": backends.most_common(1)[0][0]})
+        audit_record(actor=actor, workspace=harness.workspace, action="evolution.diagnose", target_type="diagnosis",
+                     target_id=diagnosis.pk, target_label=str(diagnosis),
+                     after={"live": [start.isoformat(), end.isoformat()], "traces": total, "judged": scored})
+        transaction.on_commit(lambda: enqueue("evolution.diagnose", args=[diagnosis.pk], queue="cpu"))
+    return diagnosis
+
+
+def _history(diagnosis: Diagnosis) -> tuple[list[dict], list[float], set[str], list[str]]:
+    """What earlier diagnoses of the harness teach this one: cluster identities, round gains, rejections."""
+    earlier = Cluster.objects.filter(diagnosis__harness=diagnosis.harness).exclude(diagnosis=diagnosis) \
+        .order_by("-diagnosis__created_at", "-id")
+    previous, seen = [], set()
+    for cluster in earlier:
+        if cluster.cluster_id not in seen:
+            seen.add(cluster.cluster_id)
+            previous.append({"cluster_id": cluster.cluster_id, "core": cluster.core,
+                             "terms": cluster.data.get("terms", [])})
+    gains = [r.comparison.metrics.get("accuracy", {}).get("delta") or 0.0
+             for r in Round.objects.filter(harness=diagnosis.harness, comparison__isnull=False)
+             .select_related("comparison").order_by("created_at", "id")]
+    rejected = Proposal.objects.filter(diagnosis__harness=diagnosis.harness, status=Proposal.Status.REJECTED)
+    return previous, gains, set(rejected.values_list("fingerprint", flat=True)), \
+        list(rejected.values_list("reason", flat=True))
+
+
+def diagnosis_execute(*, diagnosis_id: int) -> str:
+    """Run one diagnosis (inside the worker): clusters, advice, rule proposals and, when configured, the
+    model proposer's; everything stored in one transaction. A failure is recorded, never half-stored."""
+    from evaluation.evolution.diagnosis import DiagnosisConfig, case_texts, diagnose
+    from evaluation.evolution.validation import validate_proposal
+
+    diagnosis = Diagnosis.objects.select_related("version__harness", "run", "harness").get(pk=diagnosis_id)
+    if diagnosis.status == Diagnosis.Status.DONE:
+        return diagnosis.status
+    Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.RUNNING)
+    try:
+        if diagnosis.is_live:
+            records, live = live_records(diagnosis)
+            if not records:
+                raise EvolutionError("The window no longer holds any live trace with a judge score.")
+            judges = set(judged(live_traces(diagnosis.version, diagnosis.window_start, diagnosis.window_end))
+                         .values_list("judge_version", flat=True).distinct())
+            calibration = category_calibration(workspace=diagnosis.workspace, judge_versions=judges, pooled_as="live")
+            abstained = live["abstained"]
+        else:
+            records, live = case_records(diagnosis.run), None
+            calibration = category_calibration(diagnosis.run)
+            abstained = EvalResult.objects.filter(run=diagnosis.run, accuracy__isnull=True).count()
+        spec = harness_selectors.version_spec(diagnosis.version)
+        previous, gains, rejected, reasons = _history(diagnosis)
+        config = DiagnosisConfig()
+        result = diagnose(records, spec, previous=previous, calibration=calibration, gains=gains,
+                          rejected=rejected, config=config)
+        proposals, proposer_runs = list(result.proposals), None
+        if diagnosis.config.get("proposer"):
+            made, proposer_runs = _model_proposals(diagnosis.config["proposer"], result.clustering.clusters, records,
+                                                   spec, reasons, rejected, case_texts(records), validate_proposal,
+                                                   config, proposer_spec=_proposer_spec(diagnosis.workspace))
+            proposals += made
+        with transaction.atomic():
+            rows = {}
+            for rank, cluster in enumerate(result.clustering.clusters, 1):
+                rows[cluster.cluster_id] = Cluster.objects.create(
+                    diagnosis=diagnosis, cluster_id=cluster.cluster_id, rank=rank, title=cluster.title[:300],
+                    core=cluster.core[:500], size=cluster.size, share=cluster.share,
+                    accuracy_lost=cluster.accuracy_lost, effectiveness_lost=cluster.effectiveness_lost,
+                    judge_suspect=cluster.judge_suspect, data=cluster.to_dict())
+            Proposal.objects.bulk_create([Proposal(
+                diagnosis=diagnosis, cluster=rows.get(p.cluster_id), generator=p.generator[:120],
+                hypothesis=p.hypothesis, rationale=p.rationale, diff=p.diff, target=p.target[:300],
+                base_hash=p.base_hash, evidence=list(p.evidence), fingerprint=p.fingerprint, errors=list(p.errors),
+                valid=p.valid) for p in proposals])
+            clustering = result.clustering
+            Diagnosis.objects.filter(pk=diagnosis_id).update(
+                status=Diagnosis.Status.DONE, finished_at=timezone.now(), advice=result.advice.to_dict(),
+                config={**diagnosis.config, **config.to_dict(), "rejections_read": len(reasons),
+                        "calibration": calibration},
+                summary={"total": clustering.total, "failures": clustering.failures, "noise": list(clustering.noise),
+                         "groups": [{"key": key, "case_ids": list(ids)} for key, ids in clustering.groups],
+                         "proposals": len(proposals), "valid": sum(p.valid for p in proposals),
+                         "abstained": abstained, **({"live": live} if live else {}),
+                         **({"proposer_runs": proposer_runs} if proposer_runs is not None else {})})
+    except Exception as exc:
+        log.exception("diagnosis %s failed", diagnosis_id)
+        Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.FAILED, error=str(exc)[:2000],
+                                                         finished_at=timezone.now())
+        raise
+    return Diagnosis.Status.DONE
+
+
+def _proposer_spec(workspace):
+    """The proposer a diagnosis of this workspace runs: its harness named PROPOSER_NAME (the production
+    label's version, else the head), which alone may bind the proposer's run-supplied read tools; None
+    (the shipped proposer) when the workspace has none."""
+    from evaluation.evolution.proposer import PROPOSER_NAME
+
+    stored = Harness.objects.filter(workspace=workspace, name=PROPOSER_NAME, archived_at__isnull=True).first()
+    if stored is None or stored.head_id is None:
+        return None
+    label = stored.labels.select_related("version").filter(name="production").first()
+    return harness_selectors.version_spec(label.version if label else stored.head)
+
+
+def _model_proposals(backend_name, clusters, records, spec, reasons, rejected, texts, validate, config, *,
+                     proposer_spec=None):
+    """The proposer harness's validated edits for the top actionable clusters, and what each run did (a model
+    that never answers in the diff form proposes nothing)."""
+    from evaluation.evolution.proposer import HarnessProposer
+    from serving.model_config import backend_for
+
+    proposer = HarnessProposer(lambda: backend_for(backend_name), spec=proposer_spec, rejections=reasons)
+    by_id = {r.case_id: r for r in records}
+    targets = [c for c in clusters if not c.judge_suspect][:MODEL_PROPOSALS_PER_DIAGNOSIS]
+
+    async def run_all():
+        return [await proposer(cluster, by_id, spec) for cluster in targets]
+
+    made = [p for p in asyncio.run(run_all()) if p is not None]
+    return [validate(p, spec, case_texts=texts, rejected=rejected, config=config.validation) for p in made], \
+        proposer.runs
