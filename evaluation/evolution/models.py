@@ -12,9 +12,9 @@ diagnosed version).
 
 from django.db import models
 
-from workspaces.models import Workspace
 from evaluation.models import EvalRun, RunComparison
 from harness.models import Harness, HarnessVersion
+from workspaces.models import Workspace
 
 
 class Diagnosis(models.Model):

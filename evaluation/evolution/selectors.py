@@ -5,10 +5,10 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Q
 from django.http import Http404
 
-from workspaces.models import Workspace
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
 from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness.models import Harness
+from workspaces.models import Workspace
 
 DEFAULT_LIVE_WINDOW = timedelta(days=7)
 CHART_CLUSTERS = 10  # the clusters-over-time chart draws the largest ones; the table lists every one

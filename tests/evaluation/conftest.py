@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from workspaces.access import Actor
 from evaluation import services as eval_services
 from evaluation.models import EvalRun
 from tests.live_servers import child_env
 from tests.serving.conftest import scripted_server  # noqa: F401  (a fixture: judge models over real HTTP)
+from workspaces.access import Actor
 
 
 @pytest.fixture

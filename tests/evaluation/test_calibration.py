@@ -2,12 +2,12 @@
 
 import pytest
 
-from workspaces.access import Actor
-from workspaces.models import Membership, Role
 from evaluation import services
 from evaluation.calibration import agreement_report, annotation_queue
 from evaluation.models import Annotation
 from tests.conftest import make_user
+from workspaces.access import Actor
+from workspaces.models import Membership, Role
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from evaluation.evolution.patches import (
 from evaluation.evolution.proposals import RULES, Proposal, propose_by_rules, trigger_phrases
 from evaluation.evolution.proposer import HarnessProposer, parse_answer, proposer_spec, scripted_answer
 from evaluation.evolution.validation import ValidationConfig, validate_proposal
-from harness.spec import parse_files, read_dir, to_files, validate
 from harness.model_protocol import ModelResponse, ToolCall
+from harness.spec import parse_files, read_dir, to_files, validate
 from serving.backends.scripted import ScriptedBackend
 from tests.conftest import DEMO_HARNESS
 from tests.evaluation.evolution_builders import cut_reply, denied_link, not_called, passing, skill_missing

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from evaluation.judges.harness_judge import HarnessJudge, judge_message, judge_spec, parse_verdict
+from harness.model_protocol import ModelResponse, ToolCall
 from harness.simulator.cases import Case, Expected
 from harness.spec import validate
-from harness.model_protocol import ModelResponse, ToolCall
 from serving.backends.scripted import ScriptedBackend
 
 ROOM = {"room_id": "r", "title": "T", "products": [{"link_id": "L001", "name": "Sweater", "price": 89.0,

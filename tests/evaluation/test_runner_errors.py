@@ -2,10 +2,10 @@
 
 import pytest
 
-from workspaces.access import Actor
 from evaluation import services
 from evaluation.execution import ERRORED_REASON
 from evaluation.judges import get_judge, register_judge
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")

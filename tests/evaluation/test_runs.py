@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from workspaces.access import Actor
 from evaluation import services
 from evaluation.metrics.ifeval import mini_records
 from evaluation.models import EvalResult, EvalRun
 from evaluation.selectors import run_progress
+from workspaces.access import Actor
 
 pytestmark = pytest.mark.django_db
 SYSTEM = Actor.system("test")
@@ -290,9 +290,9 @@ def test_run_with_the_harness_judge_records_its_version(workspace, harness, scri
 
 def test_a_protected_label_moves_to_an_unproven_version_only_when_confirmed(client, members, workspace, harness,
                                                                            scripted, actors):
-    from workspaces.models import AuditEvent
     from harness import services as harness_services
     from harness.models import Label
+    from workspaces.models import AuditEvent
 
     first = harness.head
     harness_services.label_move(actor=actors["approver"], harness=harness, name="production", version=first,

@@ -5,11 +5,11 @@ import signal
 
 import pytest
 
-from workspaces.access import Actor
 from evaluation import services
 from evaluation.models import EvalResult, EvalRun
 from evaluation.tasks import execute_run
 from tests.live_servers import log_in, requires_services, start_daphne, start_worker, stop, wait_for
+from workspaces.access import Actor
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
 
