@@ -19,13 +19,18 @@ What TRL does not do, `HarnessGRPOTrainer` adds:
   token (`alive_mean_scale`), and logs `frac_dropped_zero_spread`. The batch keeps its shape (TRL
   splits it into micro-batches of fixed size); no group is resampled to refill it.
 - Segments. TRL computes one advantage per completion. The report treats tool-call and reply
-  segments as independent advantage groups; TRL's loss accepts per-token advantages of shape (B, T)
-  (`_compute_loss` only unsqueezes 1-D ones), so with `segment_advantages` the subclass computes two
+  segments as independent advantage groups, so with `segment_advantages` the subclass computes two
   GDPO advantages per rollout, one from the rewards of each segment (`rewards.SEGMENT_OF`: tool
   rationality, skill selection and the tool-call reasoning penalty → tool-call tokens; accuracy,
-  effectiveness and the reply reasoning penalty → reply tokens), and gives each token its segment's
-  advantage. What stays shared: the sequence-level importance ratio (GSPO) spans the whole turn, and a
-  rollout with no tool call simply has no tool-call tokens to credit.
+  effectiveness and the reply reasoning penalty → reply tokens). Handing TRL (B, T) advantages is not
+  enough: under GSPO its one (B, 1) ratio multiplies them and the per-sequence mean then gives every
+  token the same length-weighted average, so the segments' credit cancels. The subclass therefore
+  computes the loss itself in that mode (`segment_gspo_loss`): GSPO with one length-normalised ratio per
+  segment, clipped per segment, so each segment's tokens carry that segment's advantage into the
+  gradient. A rollout with no tool call simply has no tool-call tokens to credit.
+- GSPO that acts. The ratio departs from 1 only when a generation is optimised more than once
+  (`num_iterations` > 1, or more optimiser steps per generation than accumulation steps); the stage
+  logs the clipped fraction (`clip_ratio/region_mean`).
 """
 
 from __future__ import annotations
@@ -83,6 +88,30 @@ def gdpo_advantages(rewards: torch.Tensor, weights: torch.Tensor, num_generation
     return torch.nan_to_num(centred, nan=0.0)
 
 
+def segment_log_ratio(log_ratio: torch.Tensor, segments: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T): each trained token's log ratio replaced by the mean log ratio of its segment in its row (GSPO's
+    length-normalised sequence ratio, one per segment); 0 elsewhere."""
+    out = torch.zeros_like(log_ratio)
+    for code in SEGMENT_CODES.values():
+        inside = (segments == code) & (mask > 0)
+        mean = (log_ratio * inside).sum(-1, keepdim=True) / inside.sum(-1, keepdim=True).clamp(min=1)
+        out = torch.where(inside, mean.expand_as(out), out)
+    return out
+
+
+def segment_gspo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                      segments: torch.Tensor, mask: torch.Tensor, *, epsilon_low: float, epsilon_high: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token clipped surrogate loss with one ratio per segment, and the (B, T) ratios.
+
+    All tensors are (B, T); `advantages` hold each token's segment advantage. A token's gradient is its own
+    segment's advantage times that segment's ratio (unless clipped), spread evenly over the segment's tokens.
+    """
+    ratio = torch.exp(segment_log_ratio(logps - old_logps, segments, mask))
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    return -torch.min(ratio * advantages, clipped * advantages), ratio
+
+
 def alive_mean_scale(completion_mask: torch.Tensor, loss_mask: torch.Tensor) -> float:
     """Factor turning TRL's mean over all B sequences into a mean over the sequences with a trainable
     token (0 when there is none: then the micro-batch carries no gradient at all)."""
@@ -119,6 +148,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
         completion_mask = output["completion_mask"]
         if self.segment_advantages:
             output["advantages"] = self._segment_advantages(generations, rows, completion_mask.shape[1])
+            output["segment_ids"] = self._segment_codes(completion_mask.shape[1]).to(completion_mask.device)
         if self.drop_zero_spread:
             dead_all = zero_spread_groups(self._last_rewards, generations)
             dead = dead_all[rows].to(completion_mask.device)
@@ -130,10 +160,55 @@ class HarnessGRPOTrainer(GRPOTrainer):
         return output
 
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
+        if self.segment_advantages and "segment_ids" in inputs:
+            loss = self._segment_loss(model, inputs)
+        else:
+            loss = super()._compute_loss(model, inputs)
         if self.drop_zero_spread and self.loss_type in ("grpo", "sapo") and "tool_mask" in inputs:
             loss = loss * alive_mean_scale(inputs["completion_mask"], inputs["tool_mask"])
         return loss
+
+    def _segment_loss(self, model, inputs) -> torch.Tensor:
+        """GRPO's per-sequence mean of `segment_gspo_loss`, with TRL's KL term and vLLM correction (module
+        docstring: why TRL's own sequence-level loss cannot carry segment credit)."""
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        completion_mask = inputs["completion_mask"]
+        mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+        logps = self._get_per_token_logps_and_entropies(
+            model, torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], completion_mask], dim=1), completion_ids.size(1))[0]
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        per_token, ratio = segment_gspo_loss(logps, old, inputs["advantages"], inputs["segment_ids"], mask,
+                                             epsilon_low=self.epsilon_low, epsilon_high=self.epsilon_high)
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        mode = "train" if self.model.training else "eval"
+        if self.beta != 0.0:
+            gap = inputs["ref_per_token_logps"] - logps
+            kl = torch.exp(gap) - gap - 1
+            per_token = per_token + self.beta * kl
+            self._metrics[mode]["kl"].append(self._masked_mean(kl, mask))
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        advantages = inputs["advantages"]
+        low = (ratio < 1 - self.epsilon_low) & (advantages < 0)
+        high = (ratio > 1 + self.epsilon_high) & (advantages > 0)
+        self._metrics[mode]["clip_ratio/low_mean"].append(self._masked_mean(low.float(), mask))
+        self._metrics[mode]["clip_ratio/high_mean"].append(self._masked_mean(high.float(), mask))
+        self._metrics[mode]["clip_ratio/region_mean"].append(self._masked_mean((low | high).float(), mask))
+        return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+
+    def _masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        totals = self.accelerator.reduce(torch.stack([(values * mask).sum(), mask.sum().float()]), reduction="sum")
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+    def _segment_codes(self, length: int) -> torch.Tensor:
+        """(B, T) segment code of each local completion token (`SEGMENT_CODES`; 0 for env tokens and padding)."""
+        codes = torch.zeros(len(self._last_segment_ids), length, dtype=torch.long)
+        for row, ids in enumerate(self._last_segment_ids):
+            kept = ids[:length]
+            codes[row, :len(kept)] = torch.tensor(kept, dtype=torch.long)
+        return codes
 
     def _segment_advantages(self, generations: int, rows: slice, length: int) -> torch.Tensor:
         rewards = self._last_rewards
@@ -183,6 +258,7 @@ def run_rl(config: RlConfig, context: StageContext) -> dict[str, float]:
     args = GRPOConfig(**context.trainer_arguments(config),
                       num_generations=config.num_generations, max_completion_length=config.max_completion_length,
                       temperature=config.temperature, beta=config.beta, epsilon=config.epsilon, loss_type="grpo",
+                      num_iterations=config.num_iterations, steps_per_generation=config.steps_per_generation,
                       importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum",
                       scale_rewards="group", reward_weights=list(config.reward_weights) or None, use_vllm=False,
                       log_completions=False)

@@ -31,6 +31,11 @@ class RlConfig(StageConfig):
     turn_deadline_s: float = knob(300.0, "Deadline of one rollout turn (generation on a CPU is slow).")
     beta: float = knob(0.0, "KL coefficient against the stage's starting model (0: no reference model).")
     epsilon: float = knob(3e-4, "Clipping range of the sequence-level ratio (GSPO uses a small one).")
+    num_iterations: int = knob(2, "Optimisation passes over each generation. GSPO's ratio and its clipping act "
+                                  "only from the second pass (with 1 the ratio is exactly 1); rollouts are the "
+                                  "costly part, so reusing each twice is cheap.")
+    steps_per_generation: int | None = knob(None, "Optimiser micro-steps each generation is split into (empty: "
+                                                  "gradient_accumulation_steps, one optimiser step a generation).")
     rewards: tuple[str, ...] = knob(DEFAULT_REWARDS, "Reward functions by name (training/rewards.py).")
     reward_weights: tuple[float, ...] = knob((), "One weight per reward (empty: all 1).")
     segment_advantages: bool = knob(True, "Tool-call tokens and reply tokens get advantages from their own "
@@ -53,6 +58,9 @@ class RlConfig(StageConfig):
         require(self.turn_deadline_s > 0, "turn_deadline_s", "must be positive")
         require(self.beta >= 0, "beta", "must be >= 0")
         require(0 < self.epsilon < 1, "epsilon", "must be within (0, 1)")
+        require(1 <= self.num_iterations <= 16, "num_iterations", "must be within 1..16")
+        require(self.steps_per_generation is None or 1 <= self.steps_per_generation <= 1024,
+                "steps_per_generation", "must be empty or within 1..1024")
         require(len(self.rewards) > 0, "rewards", "name at least one reward")
         unknown = [name for name in self.rewards if name not in reward_names()]
         require(not unknown, "rewards", f"unknown reward “{unknown[0] if unknown else ''}”; registered: "
