@@ -11,8 +11,8 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig
 
-from tests.training.test_pipeline import RL, config
 from tests.training.conftest import RecordingReporter
+from tests.training.test_pipeline import RL, config
 from training.base_models import TINY, load_model, load_tokenizer, materialize_base, model_cache
 from training.pipeline import run_pipeline
 from training.rl import SEGMENT_CODES, HarnessGRPOTrainer, segment_gspo_loss, segment_log_ratio
