@@ -206,10 +206,17 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
     api_s = copy_s = 0.0
     spent = dict.fromkeys(_cpu_now(server.pid), 0.0)  # CPU seconds while the API is loaded, by whom
     try:
-        def warm_up() -> None:  # new events every round: the same ones again would be duplicates, not accepted
-            bodies = [json.dumps({"events": _batch(viewers, 0, 1000, datetime.now(UTC).isoformat())}).encode()
-                      for _ in range(2 * workers)]
+        warmed = [0]  # events the warm-up sent: they are stored and folded like the timed ones
+
+        def warm_up() -> None:
+            # New events every round (the same ones again would be duplicates, not accepted), for the viewers
+            # after the timed batches' range, so the warm-up does not pile extra views on the first viewers.
+            start = batches * 1000 + warmed[0]
+            bodies = [json.dumps({"events": _batch(viewers, start + i * 1000, 1000,
+                                                   datetime.now(UTC).isoformat())}).encode()
+                      for i in range(2 * workers)]
             asyncio.run(_post(port, token, bodies, 2 * workers))
+            warmed[0] += len(bodies) * 1000
 
         if not asgi.warm_every_worker(server.pid, workers, warm_up):
             print("  (warm-up: not every worker served a request; the figures include their start-up)")
@@ -234,7 +241,7 @@ def _api(url, workspace, viewers, batches, concurrency, env, server_name, worker
     per_batch = ", ".join(f"{name} {1000 * seconds / (n / 1000):.1f} ms" for name, seconds in spent.items())
     print(f"  CPU a batch while the API was loaded: {per_batch}; the cores were busy "
           f"{100 * spent['all processes'] / api_s / os.cpu_count():.0f} % of that time")
-    return n + 1000
+    return n + warmed[0]
 
 
 def _cpu_now(server_pid: int) -> dict[str, float]:
