@@ -3,12 +3,15 @@
 Container probes call it as `http://127.0.0.1:8000/healthz`: plain HTTP, with a Host that is not in
 ALLOWED_HOSTS. `HealthCheckMiddleware` runs first in MIDDLEWARE and answers before SecurityMiddleware's
 HTTPS redirect and before anything reads the Host header, so the probe works under production settings.
-It reveals nothing but "ok" or which dependency is down.
+It reveals nothing but "ok" or which dependency is down (the shared cache: down for how long, as this process
+last saw it).
 """
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.db import DatabaseError, connection
 from django.http import JsonResponse
+
+from workspaces.tokens import cache_health
 
 HEALTH_PATH = "/healthz"
 
@@ -19,7 +22,9 @@ def healthz(request) -> JsonResponse:
             cursor.execute("SELECT 1")
     except DatabaseError:
         return JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
-    return JsonResponse({"status": "ok"})
+    # A cache outage is not a reason to take this process out of service (replies degrade, module tokens.py);
+    # it is said here, as this process last saw it.
+    return JsonResponse({"status": "ok", **cache_health()})
 
 
 class HealthCheckMiddleware:

@@ -153,7 +153,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 
 # Cache: per-key rate limits. Redis when available, so limits hold across processes.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # Timeouts: a blackholed Redis answers within seconds (serving/admission.py: replies then degrade), not after
+    # the OS's TCP timeout.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

@@ -13,13 +13,18 @@ from serving.experiments.lifecycle import experiment_key_of
 from serving.experiments.live import publish_experiment
 from serving.models import Experiment, Room, Trace
 from workspaces.jobs import enqueue
+from workspaces.tokens import cache_failed
 
 JUDGE_LIVE_TRACE = "evaluation.judge_live_trace"
 
 
 def queue_live_judging(sender, *, trace_id: str, experiment_id: int, **kwargs) -> None:
-    """The `live_trace_sampled` receiver: judge the trace off the request path, on the `cpu` queue."""
-    enqueue(JUDGE_LIVE_TRACE, args=[trace_id], queue="cpu")
+    """The `live_trace_sampled` receiver: judge the trace off the request path, on the `cpu` queue. Sent after
+    a reply's commit: when the broker (Redis) is away the sample is not judged, and the reply still answers."""
+    try:
+        enqueue(JUDGE_LIVE_TRACE, args=[trace_id], queue="cpu")
+    except Exception as error:  # noqa: BLE001
+        cache_failed("queueing a live judging sample", error)
 
 
 def judge_live_trace(trace_id: str) -> str:

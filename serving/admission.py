@@ -3,7 +3,10 @@ generation (workspaces.access; see `services.api_key_remembered`) and the routin
 probably answer (`harness.routing`), read together by one Lua script instead of five cache commands.
 
 Without Redis (embedded mode: one process, Django's local-memory cache) the same answers come from the
-cache one by one.
+cache one by one. When Redis is configured but cannot be reached, a reply is still admitted: the key's limit is
+counted in this process alone (so with N server processes a key may get up to N times its limit until Redis is
+back), the generation and tokens read as unknown (the database decides), and the outage is logged and shown by
+/healthz (`workspaces.tokens.cache_failed`).
 """
 
 import functools
@@ -18,7 +21,7 @@ from harness import routing
 from serving import redis_loop
 from serving.selectors import room_token_key
 from workspaces.access import API_ACCESS_GENERATION
-from workspaces.tokens import new_token
+from workspaces.tokens import cache_answered, cache_failed, new_token
 
 # The tokens from KEYS[first] on, each made when missing (ARGV[2], a fresh one), as `routing.routing_token` makes
 # them: what a process keeps under a token must not answer again once the token was lost (evicted, flushed) and
@@ -50,6 +53,8 @@ HANDED_OVER_ADMISSION = "harnessops.reply_admission"  # a one-minute window's co
 
 _client_lock = threading.Lock()
 _script = None
+# A blackholed Redis must not hold a reply for the OS's minutes-long TCP timeout.
+REDIS_TIMEOUTS = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def _redis_script():
 
         with _client_lock:
             if _script is None:
-                _script = redis.Redis.from_url(settings.REDIS_URL).register_script(_ADMIT)
+                _script = redis.Redis.from_url(settings.REDIS_URL, **REDIS_TIMEOUTS).register_script(_ADMIT)
     return _script
 
 
@@ -85,9 +90,31 @@ def reply_admit(*, key: str, limit_per_minute: int, harness_id: int | None) -> A
 
         return Admission(over_limit=rate_limit_hit(key=key, limit_per_minute=limit_per_minute),
                          keys_generation=cache.get(API_ACCESS_GENERATION) or 0)
+    import redis
+
     keys = _admit_keys(key, harness_id)
-    replies = _redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S, new_token()])
+    try:
+        replies = _redis_script()(keys=keys, args=[WINDOW_TIMEOUT_S, new_token()])
+    except redis.RedisError as error:
+        cache_failed("admitting a reply", error)
+        return Admission(over_limit=_counted_here(key, limit_per_minute), keys_generation=0)
+    cache_answered()
     return _admission(replies, limit_per_minute, harness_id)
+
+
+_local_windows: dict[str, tuple[int, int]] = {}  # key → (minute, replies counted here), while Redis is away
+
+
+def _counted_here(key: str, limit_per_minute: int) -> bool:
+    """This process's own fixed one-minute window for `key` (module docstring); True when over the limit."""
+    minute = int(time.time() // 60)
+    with _client_lock:
+        if len(_local_windows) > 10_000:
+            _local_windows.clear()
+        start, count = _local_windows.get(key, (minute, 0))
+        count = count + 1 if start == minute else 1
+        _local_windows[key] = (minute, count)
+    return count > limit_per_minute
 
 
 async def reply_admit_async(*, key: str, limit_per_minute: int, harness_id: int | None,

@@ -208,7 +208,7 @@ def test_profile_module_prints_the_command():
 def test_healthz_ignores_host_and_https_redirect(client, settings):
     settings.ALLOWED_HOSTS = ["console.example.com"]
     settings.SECURE_SSL_REDIRECT = True
-    assert client.get("/healthz", HTTP_HOST="127.0.0.1:8000").json() == {"status": "ok"}
+    assert client.get("/healthz", HTTP_HOST="127.0.0.1:8000").json() == {"status": "ok", "cache": "ok"}
     assert client.get("/accounts/login/", HTTP_HOST="127.0.0.1:8000").status_code == 400  # hosts still checked
     assert client.get("/accounts/login/", HTTP_HOST="console.example.com").status_code == 301  # and HTTPS
 

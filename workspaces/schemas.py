@@ -1,8 +1,14 @@
-"""The error shape every platform API answer shares (console/api.py maps domain errors onto it)."""
+"""What every platform API schema shares: the error shape (console/api.py maps domain errors onto it), strict
+request bodies, ISO date-times and the OpenAPI links from an operation to those that use what it answered."""
+
+import re
+from datetime import datetime
+from typing import Annotated
 
 from ninja import Schema
 from ninja.errors import ValidationError
-from pydantic import Field
+from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 
 class ErrorOut(Schema):
@@ -10,13 +16,15 @@ class ErrorOut(Schema):
     errors: list[dict] = Field(default_factory=list, description="Field paths and messages, or diff entries.")
 
 
-# What each status means on this API (the handlers in console/api.py and ninja's own answers).
+# What each status means on this API (the handlers in console/api.py and ninja's own answers); the OpenAPI
+# schema gives each documented error answer its meaning (console/api.py).
 ERROR_MEANINGS = {
     400: "The body is not JSON, or the request cannot be carried out as asked.",
     401: "No valid API key.",
     403: "The key lacks the scope this needs.",
     404: "No such object in the key's workspace.",
-    409: "Conflict with the current state (a stale base version).",
+    409: "Conflict with the current state: a stale base version, a label already there, a proposal already "
+         "decided, a run not finished, no judged traces in the window, a room without a harness.",
     413: "The body is too large.",
     422: "The request is invalid; `errors` lists the fields.",
     429: "Rate limit reached for this key.",
@@ -37,3 +45,50 @@ def reject_unknown_query(request, *names: str) -> None:
     unknown = sorted(set(request.GET) - set(names))
     if unknown:
         raise ValidationError([{"loc": ("query", name), "msg": "Unknown query parameter."} for name in unknown])
+
+
+class BodyIn(Schema):
+    """A request body: each value must have the JSON type the schema gives it (`"override": 0` is not a
+    boolean, `"version": "3"` not an integer), as client generators read the schema. A float field still
+    takes a JSON integer; integer fields are `json_int()`."""
+
+    model_config = ConfigDict(strict=True)
+
+
+def _json_integer(value):
+    # JSON Schema counts 3.0 as an integer, and clients send it so; a boolean or a string is not one.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+def json_int(**constraints) -> type:
+    """An integer in a strict body: a JSON number without a fractional part (3 or 3.0), never true or "3".
+    `constraints` (ge, le) go here rather than on the field: pydantic leaves a field's constraints out of the
+    JSON schema of `json_int() | None`."""
+    return Annotated[int, Field(strict=False, **constraints), BeforeValidator(_json_integer)]
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d\d-\d\d")
+
+
+def _iso_text(value):
+    # Lax pydantic would read 0 or "0" as 1970-01-01 (a Unix time); the schema says an ISO 8601 string.
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("Input should be an ISO 8601 date-time, e.g. 2026-01-31T12:00:00Z")
+    return value
+
+
+# A date-time in a strict body: ISO 8601 text (`format: date-time`), parsed as pydantic parses it.
+IsoDateTime = Annotated[datetime, Field(strict=False), BeforeValidator(_iso_text)]
+
+
+def links(*statuses: int, **targets: dict[str, str]) -> dict:
+    """`openapi_extra=links(201, training_api_get_job={"job_id": "$response.body#/id"})`: OpenAPI links from this
+    operation's answers with `statuses` to the operations (by operationId, ninja's `<module>_<function>`) that
+    read or act on what it answered, their parameters as runtime expressions. Client generators and
+    Schemathesis's stateful phase follow them; tests/console/test_api_contract.py checks that each resolves."""
+    described = {name: {"operationId": name, "parameters": parameters} for name, parameters in targets.items()}
+    return {"responses": {status: {"links": described} for status in statuses}}

@@ -15,6 +15,7 @@ from serving.experiments.selectors import experiment_snapshot
 from serving.models import Experiment
 from serving.signals import live_trace_sampled
 from workspaces.jobs import enqueue
+from workspaces.tokens import cache_failed
 
 PUBLISH_EVERY_S = 1
 log = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ def _schedule(experiment_id: int) -> None:
     try:
         if cache.add(_debounce_key(experiment_id), 1, timeout=PUBLISH_EVERY_S * 30):
             _publish_later(experiment_id)
-    except Exception:  # a dashboard refresh must never break the request that changed the data
-        log.exception("could not schedule a dashboard update of experiment %s", experiment_id)
+    except Exception as error:  # noqa: BLE001 (a dashboard refresh must never break the request that changed data)
+        cache_failed(f"scheduling a dashboard update of experiment {experiment_id}", error)
 
 
 def publish_experiment(experiment: Experiment) -> None:
@@ -93,7 +94,23 @@ def after_experiment_reply(*, experiment: Experiment, trace_id: str) -> None:
         experiment_id = experiment.pk
         transaction.on_commit(lambda: live_trace_sampled.send(sender=Experiment, trace_id=trace_id,
                                                               experiment_id=experiment_id))
-    if experiment.status == Experiment.Status.RUNNING and cache.add(
-            f"guardrail-check:{experiment.pk}", 1, timeout=GUARDRAIL_CHECK_EVERY_S):
-        transaction.on_commit(lambda: enqueue("serving.check_guardrails", args=[experiment.pk], queue="cpu"))
+    if experiment.status == Experiment.Status.RUNNING and _guardrail_check_due(experiment.pk):
+        transaction.on_commit(lambda: _check_guardrails_later(experiment.pk))
     publish_experiment(experiment)
+
+
+def _guardrail_check_due(experiment_id: int) -> bool:
+    """At most one check every GUARDRAIL_CHECK_EVERY_S across processes; none while the shared cache is away
+    (the reply still answers; the next reply after it is back checks)."""
+    try:
+        return bool(cache.add(f"guardrail-check:{experiment_id}", 1, timeout=GUARDRAIL_CHECK_EVERY_S))
+    except Exception as error:  # noqa: BLE001
+        cache_failed("timing a guardrail check", error)
+        return False
+
+
+def _check_guardrails_later(experiment_id: int) -> None:
+    try:
+        enqueue("serving.check_guardrails", args=[experiment_id], queue="cpu")
+    except Exception as error:  # noqa: BLE001 (the broker is Redis: a reply never fails for a missed check)
+        cache_failed("queueing a guardrail check", error)

@@ -37,7 +37,7 @@ def test_static_files_and_the_probe_answer_through_the_async_chain():
     status, body, missing, probe, page = async_to_sync(requests)()
     assert status == 200 and b"{" in body
     assert missing == 404
-    assert probe.json() == {"status": "ok"}
+    assert probe.json() == {"status": "ok", "cache": "ok"}
     assert page.status_code == 200  # a page, past both
 
 
