@@ -71,7 +71,8 @@ def test_chained_stages_train_and_report(tmp_path, monkeypatch):
     assert all(v > 0 for v in reporter.values("opd", "loss"))  # the SFT'd student differs from its base teacher
     assert all(v > 0 for v in reporter.values("sft", "grad_norm"))
     rewards = reporter.values("rl", "rewards/test_reply_length/mean")
-    assert len(rewards) == 2 and all(math.isfinite(v) for v in rewards)
+    # two optimiser steps over one generation (rl.num_iterations 2: GSPO's second pass), so one reward logged
+    assert len(rewards) == 1 and all(math.isfinite(v) for v in rewards)
     assert reporter.values("rl", "grad_norm")[0] > 0  # the live group moved the weights
     assert reporter.values("rl", "frac_dropped_zero_spread")[0] == pytest.approx(0.5)
     # what the trainer trained on: the dead group's loss mask is empty, advantages are per token (segments)
