@@ -2,7 +2,9 @@
 
 `PipelineConfig.from_dict(data)` validates everything up front (the Django side calls it before it
 queues anything) and raises `ConfigError` whose `field` is the path of the bad value, e.g.
-`stages[2].config.num_generations` or `harnesses[0].files`. JSON shape (every key optional except
+`stages[2].config.num_generations` or `harnesses[0].files`. With an sft stage and an `openai` teacher
+it also asks the teacher's server for its model list (`teachers.probe_teacher`, a 5 s timeout): a server
+that does not answer is `trajectories.teacher_config.base_url`. JSON shape (every key optional except
 `harnesses` and `stages`):
 
     {
@@ -30,6 +32,7 @@ from training.opd_config import OpdConfig
 from training.rl_config import RlConfig
 from training.sft_config import SftConfig
 from training.stage_config import StageConfig
+from training.teachers import TeacherRefused, probe_teacher
 from training.trajectories import TrajectoryConfig
 from training.validation import ConfigError, build, knob, require, to_dict
 
@@ -117,7 +120,9 @@ class PipelineConfig:
     seed: int = 0
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PipelineConfig:
+    def from_dict(cls, data: Mapping[str, Any], *, probe: bool = True) -> PipelineConfig:
+        """Validate and build (module docstring). `probe=False` skips asking a model teacher's server, for a
+        caller that knows the teacher is no longer needed (its SFT data is prepared)."""
         if not isinstance(data, Mapping):
             raise ConfigError("config", "expected an object")
         unknown = sorted(set(data) - {"model", "harnesses", "data", "trajectories", "stages", "seed"})
@@ -160,6 +165,12 @@ class PipelineConfig:
         seed = data.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ConfigError("seed", "expected an integer")
+        if probe and any(s.kind == "sft" for s in stages):
+            # Last: a teacher server that does not answer is refused now, not after the job was queued.
+            try:
+                probe_teacher(trajectories.teacher, trajectories.teacher_config)
+            except TeacherRefused as error:
+                raise ConfigError(f"trajectories.teacher_config.{error.option}", str(error)) from None
         return cls(model=model, harnesses=harnesses, data=data_config, trajectories=trajectories,
                    stages=tuple(stages), seed=seed)
 

@@ -36,20 +36,63 @@ def metric_point(row: TrainingMetric) -> dict:
 
 def job_snapshot(job_id: int) -> dict:
     """Everything the live page needs on (re)connect: state, the curve points so far (the latest
-    MAX_POINTS), log lines, checkpoints. `total_points` counts every point the job stored: each live
+    MAX_POINTS), log lines, checkpoints (each with its stage's data figures, `data_reports` counting those
+    that have some). `total_points` counts every point the job stored: each live
     update numbers its point the same way (`points`), so a page sees when it missed one."""
     job = TrainingJob.objects.get(pk=job_id)
     metrics = TrainingMetric.objects.filter(job_id=job_id)
     rows = list(metrics.order_by("-id")[:MAX_POINTS])[::-1]
+    checkpoints_ = [checkpoint_summary(c) for c in job.checkpoints.all()]
     return {"kind": "snapshot", "job": job_state(job), "points": [metric_point(r) for r in rows],
-            "total_points": metrics.count(), "lines": list(job.log_tail),
-            "checkpoints": [checkpoint_summary(c) for c in job.checkpoints.all()]}
+            "total_points": metrics.count(), "lines": list(job.log_tail), "checkpoints": checkpoints_,
+            "data_reports": sum(1 for c in checkpoints_ if c["data_report"])}
 
 
 def checkpoint_summary(checkpoint: Checkpoint) -> dict:
     return {"id": checkpoint.pk, "stage": checkpoint.stage, "backend": checkpoint.backend_name,
             "path": checkpoint.path, "parent": checkpoint.parent_id, "metrics": checkpoint.metrics,
-            "promoted": checkpoint.promoted}
+            "promoted": checkpoint.promoted,
+            "data_report": trajectory_figures((checkpoint.data_lineage or {}).get("report"))}
+
+
+MISTAKE_LABELS = {"skipped_skill": "replied before loading a skill", "wrong_skill": "loaded the wrong skill",
+                  "wrong_field": "stated the wrong field", "missed_tool": "skipped the tool call"}
+
+
+def trajectory_figures(report) -> list[dict]:
+    """An SFT stage's prepared-data report (`training.trajectories.TrajectoryReport.to_dict`, stored in the
+    checkpoint's lineage) as table rows {label, value, sub}: generated, kept, rejected by the judge and why,
+    retries kept whole or cut. Empty for other stages' reports. Older reports lack some keys: what they
+    hold is shown."""
+    if not isinstance(report, dict) or "kept" not in report:
+        return []
+
+    def count(key, default=0) -> int:
+        value = report.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    generated = count("generated", count("turns"))
+    rows = [{"label": "Trajectories generated", "value": generated, "sub": False},
+            {"label": "Kept for training", "value": count("kept"), "sub": False},
+            {"label": "Rejected by the judge", "value": count("rejected"), "sub": False}]
+    reasons = report.get("rejected_by_reason") or report.get("top_rejection_reasons") or {}
+    if isinstance(reasons, dict):
+        rows += [{"label": str(reason), "value": n, "sub": True} for reason, n in reasons.items()
+                 if isinstance(n, int)]
+    if count("not_called"):
+        rows.append({"label": "Answered by an input hook (no teacher call)", "value": count("not_called"),
+                     "sub": False})
+    retried, whole = count("retried"), count("full_retry_kept")
+    rows += [{"label": "Kept with a hook retry", "value": retried, "sub": False},
+             {"label": "kept whole (rejected reply and feedback as context)", "value": whole, "sub": True},
+             {"label": "cut to the final behaviour", "value": count("retries_cut", retried - whole), "sub": True}]
+    mistakes = report.get("teacher_mistakes") or {}
+    if isinstance(mistakes, dict) and mistakes:
+        rows.append({"label": "Oracle teacher's deliberate slips", "value": sum(
+            n for n in mistakes.values() if isinstance(n, int)), "sub": False})
+        rows += [{"label": MISTAKE_LABELS.get(kind, str(kind).replace("_", " ")), "value": n, "sub": True}
+                 for kind, n in mistakes.items() if isinstance(n, int)]
+    return rows
 
 
 def checkpoints(workspace: Workspace):

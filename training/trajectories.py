@@ -38,8 +38,9 @@ from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.simulator import SandboxTools, generate_cases
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
+from serving.backends.openai import close_shared_clients
 from training.case_hashing import case_hashes
-from training.teachers import FEEDBACK_PREFIX, teacher_for
+from training.teachers import FEEDBACK_PREFIX, TeacherRefused, check_teacher, teacher_for
 from training.validation import ConfigError, build, knob, require
 
 # Prompts carry the date; a fixed one keeps trajectories (and their hashes) reproducible.
@@ -48,9 +49,13 @@ TRAINING_NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class TrajectoryConfig:
-    teacher: str = knob("oracle", "Teacher name: 'oracle' (ground truth, offline) or a registered model backend.")
-    teacher_config: dict[str, Any] = knob({}, "Passed to the teacher: oracle {mistake_rate, skill_first, name_fields}; a backend's factory "
-                                              "arguments (base_url, model, …).")
+    teacher: str = knob("oracle", "Teacher name: 'oracle' (ground truth, offline: CPU machines and tests) or a "
+                                  "registered model backend, e.g. 'openai' (any OpenAI-compatible server, such as "
+                                  "vLLM serving a larger model on a GPU node).")
+    teacher_config: dict[str, Any] = knob({}, "Passed to the teacher: oracle {mistake_rate (default 0.15), mistakes, "
+                                              "skill_first, name_fields}; a backend's factory arguments (openai: "
+                                              "base_url, model, api_key, timeout_s, …). An openai teacher's "
+                                              "GET {base_url}/models must answer when the job is validated.")
     include_original: bool = knob(True, "Also run every case under the unaugmented harness.")
     augmented_variants: int = knob(1, "HSA variants per case and harness (0..8).")
     single_state: bool = knob(False, "Run each case under one of those harness states only (the original or one "
@@ -65,6 +70,10 @@ class TrajectoryConfig:
 
     def check(self) -> None:
         require(self.teacher.strip() != "", "teacher", "must name a teacher")
+        try:
+            check_teacher(self.teacher, self.teacher_config)
+        except TeacherRefused as error:
+            raise ConfigError(f"teacher_config.{error.option}" if error.option else "teacher", str(error)) from None
         require(0 <= self.augmented_variants <= 8, "augmented_variants", "must be within 0..8")
         require(self.include_original or self.augmented_variants > 0, "augmented_variants",
                 "at least one harness per case: include_original or augmented_variants > 0")
@@ -103,18 +112,27 @@ class Trajectory:
 
 @dataclass
 class TrajectoryReport:
+    """What generation produced and what the judge and the retry policy made of it. `turns` counts every
+    trajectory generated; each is kept, rejected or not called. A rejected turn counts once under each
+    reason the judge gave (`reasons`, by kind: "missing fact", "expected tool call not made", …).
+    `mistakes` counts the oracle's deliberate slips by kind (empty for a model teacher)."""
+
     turns: int = 0
     kept: int = 0
     rejected: int = 0          # judged below the bar
     not_called: int = 0        # an input hook answered without the model (nothing to learn)
-    retried: int = 0
-    full_retry_kept: int = 0
+    retried: int = 0           # kept trajectories whose reply a hook sent back
+    full_retry_kept: int = 0   # of those, kept whole (the rest keep only the final behaviour)
     reasons: dict[str, int] = field(default_factory=dict)  # judge reasons of rejected turns, counted
+    mistakes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"turns": self.turns, "kept": self.kept, "rejected": self.rejected, "not_called": self.not_called,
-                "retried": self.retried, "full_retry_kept": self.full_retry_kept,
-                "top_rejection_reasons": dict(sorted(self.reasons.items(), key=lambda kv: -kv[1])[:8])}
+        by_reason = dict(sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        return {"turns": self.turns, "generated": self.turns, "kept": self.kept, "rejected": self.rejected,
+                "not_called": self.not_called, "retried": self.retried, "full_retry_kept": self.full_retry_kept,
+                "retries_cut": self.retried - self.full_retry_kept, "rejected_by_reason": by_reason,
+                "top_rejection_reasons": dict(list(by_reason.items())[:8]),
+                "teacher_mistakes": dict(sorted(self.mistakes.items()))}
 
     def nothing_kept(self) -> str:
         """Why no turn was kept, in words (a job's page shows it; a dict printed whole is not for people)."""
@@ -195,6 +213,12 @@ def mark_rejected(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def reason_kind(reason: str) -> str:
+    """A judge reason without its particulars: "missing fact: “88”" → "missing fact", "no expected reply skill
+    loaded (expected one of a; loaded b)" → "no expected reply skill loaded"."""
+    return reason.split(":")[0].split(" (")[0].strip()
+
+
 def _has_retry(messages: Sequence[Mapping[str, Any]]) -> bool:
     return any(m.get("role") == "user" and str(m.get("content", "")).startswith(FEEDBACK_PREFIX) for m in messages)
 
@@ -209,14 +233,18 @@ async def _one(case: Case, spec: HarnessSpec, variant: str, config: TrajectoryCo
     result = await run_turn(spec, turn, teacher, sandbox.registry(), arm=f"train:{variant}", now=TRAINING_NOW,
                             deadline_s=config.deadline_s)
     report.turns += 1
+    mistake = getattr(teacher.inner, "mistake", "")
+    if mistake:
+        report.mistakes[mistake] = report.mistakes.get(mistake, 0) + 1
     if teacher.last_messages is None:
         report.not_called += 1
         return None
     verdict = judge_reference(case, result.trace)
     if verdict.accuracy != 1 or verdict.effectiveness < config.min_effectiveness or result.outcome != "replied":
         report.rejected += 1
-        for reason in verdict.reasons or (f"outcome {result.outcome}",):
-            report.reasons[reason.split(":")[0]] = report.reasons.get(reason.split(":")[0], 0) + 1
+        kinds = {reason_kind(reason) for reason in verdict.reasons or (f"outcome {result.outcome}",)}
+        for kind in kinds:
+            report.reasons[kind] = report.reasons.get(kind, 0) + 1
         return None
     messages = [*teacher.last_messages, {"role": "assistant", "content": result.reply}]
     retried = _has_retry(messages)
@@ -270,7 +298,10 @@ def generate_trajectories(cases: Sequence[Case], specs: Sequence[HarnessSpec], c
             async with gate:
                 return await _one(variant_case, variant_spec, variant, config, report, case_hash)
 
-        return await asyncio.gather(*(guarded(job) for job in jobs))
+        try:
+            return await asyncio.gather(*(guarded(job) for job in jobs))
+        finally:
+            await close_shared_clients()  # a model teacher's HTTP sessions belong to this event loop
 
     kept = [t for t in asyncio.run(run_all()) if t is not None]
     return kept, report
