@@ -204,7 +204,7 @@ def test_the_oracle_protocol_reaches_both_training_pipelines(tmp_path):
     data = build_data(config)
     split = {"fixed_cases": data.train_pool[:2], "hsa_cases": data.train_pool[:2], "fixed_rows": 2, "hsa_rows": 4}
     configs = pipeline_configs(config, data, split, tmp_path)
-    assert all(c["trajectories"]["teacher_config"] == {"skill_first": True} for c in configs.values())
+    assert all(c["trajectories"]["teacher_config"] == {"skill_first": True, "mistake_rate": 0.0} for c in configs.values())
     default = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path)), data, split, tmp_path)
     assert all("teacher_config" not in c["trajectories"] for c in default.values())
     named = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path), oracle="tools-first-named"),
