@@ -206,10 +206,11 @@ def test_the_oracle_protocol_reaches_both_training_pipelines(tmp_path):
     configs = pipeline_configs(config, data, split, tmp_path)
     assert all(c["trajectories"]["teacher_config"] == {"skill_first": True, "mistake_rate": 0.0} for c in configs.values())
     default = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path)), data, split, tmp_path)
-    assert all("teacher_config" not in c["trajectories"] for c in default.values())
+    assert all(c["trajectories"]["teacher_config"] == {"mistake_rate": 0.0} for c in default.values())
     named = pipeline_configs(ExperimentConfig(model="tiny", workdir=str(tmp_path), oracle="tools-first-named"),
                              data, split, tmp_path)
-    assert all(c["trajectories"]["teacher_config"] == {"name_fields": True} for c in named.values())
+    assert all(c["trajectories"]["teacher_config"] == {"name_fields": True, "mistake_rate": 0.0}
+               for c in named.values())
     with pytest.raises(ValueError, match="oracle must be"):
         pipeline_configs(ExperimentConfig(oracle="tools-last"), data, split, tmp_path)
 
