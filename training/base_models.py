@@ -18,7 +18,7 @@ import functools
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import (
@@ -30,6 +30,9 @@ from transformers import (
 )
 
 from training.chat_template import CHAT_TEMPLATE
+
+if TYPE_CHECKING:
+    from training.stage_runtime import StageContext
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY = "tiny-random-smollm2"
@@ -185,18 +188,53 @@ def lora_config(model_config: Any) -> Any:
                       task_type="CAUSAL_LM")
 
 
-def save_stage_model(model: Any, tokenizer: PreTrainedTokenizerBase, model_dir: Path, adapter_dir: Path) -> None:
-    """Write the stage's output: the full model (LoRA merged in) and, for LoRA, the adapter beside it."""
+def save_stage_model(trainer: Any, tokenizer: PreTrainedTokenizerBase, context: StageContext) -> None:
+    """Write the stage's output from a trained `trainer`: the full model (LoRA merged in) with the tokenizer in
+    `context.model_dir`, and for LoRA the adapter in `context.adapter_dir`.
+
+    Every process calls it. The weights come through the accelerator's state dict, which every process must
+    ask for: under ZeRO-3 and FSDP that is where the sharded parameters are gathered (ZeRO-3 needs
+    `stage3_gather_16bit_weights_on_model_save`, set in training/configs/deepspeed/zero3*.json). The main
+    process alone writes, into `model.tmp`, renamed over `model/` once complete, then every process waits for
+    it (`Processes.agree`): a later stage never reads half a model, and a failed write fails every process.
+    A LoRA model is merged from the files (the input model plus the saved adapter), not in memory, because a
+    sharded module holds only its slice of the weights.
+    """
     from peft import PeftModel
 
+    accelerator = trainer.accelerator
+    state_dict = accelerator.get_state_dict(trainer.model_wrapped)
+    model = accelerator.unwrap_model(trainer.model)
+    lora = isinstance(model, PeftModel)
+    input_dir = context.input_model_dir() if lora else None
+    model_dir, adapter_dir = context.model_dir, context.adapter_dir
     temporary = model_dir.with_name(model_dir.name + ".tmp")
-    if isinstance(model, PeftModel):
-        model.save_pretrained(adapter_dir)
-        model = model.merge_and_unload()
-    model.save_pretrained(temporary)
-    tokenizer.save_pretrained(temporary)
-    if model_dir.exists():
-        import shutil
 
-        shutil.rmtree(model_dir)
-    temporary.rename(model_dir)
+    def write() -> None:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if lora:
+            model.save_pretrained(adapter_dir, state_dict=state_dict)
+            merged = _merged_from_files(input_dir, adapter_dir, dtype=model.dtype)
+            merged.save_pretrained(temporary)
+        else:
+            model.save_pretrained(temporary, state_dict=state_dict)
+        tokenizer.save_pretrained(temporary)
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        temporary.rename(model_dir)
+
+    error: Exception | None = None
+    if context.processes.main:
+        try:
+            write()
+        except Exception as raised:  # noqa: BLE001 - every process learns of it below
+            error = raised
+    context.processes.agree(error)
+
+
+def _merged_from_files(input_dir: str, adapter_dir: Path, *, dtype: torch.dtype) -> Any:
+    """The input model with the saved adapter merged into its weights."""
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(input_dir, dtype=dtype)
+    return PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()

@@ -6,6 +6,10 @@ end `{"cancelled": {"stage", "step", "checkpoint"}}` or `{"error": {"kind", "mes
 writer per job: only the main process reports. Exit status 0 done, 3 cancelled (a file named
 `CANCEL` in the artifacts directory asks for it), 2 bad config or lineage refusal, 1 a failed stage.
 Errors also go to stderr as one JSON line.
+
+Which process is the main one is settled before anything else (`stage_runtime.Processes.join`), on the
+device the job trains on: on a host without GPUs accelerate counts the processes only when asked for
+the CPU, and would otherwise let every one of them believe it is the main one.
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ def main(argv: list[str] | None = None) -> int:
                                     "field": field}}), flush=True)
         print(json.dumps({"error": str(error), "field": field}), file=sys.stderr)
         return 2
-    from accelerate import PartialState
+    from training.base_models import resolve_device
+    from training.stage_runtime import Processes
 
-    main_process = PartialState().is_main_process
-    reporter = JsonLinesReporter(main_process)
+    processes = Processes.join(use_cpu=resolve_device(config.model.device) == "cpu")
+    reporter = JsonLinesReporter(processes.main)
     cancel_file = options.artifacts_dir / "CANCEL"
     try:
         run_pipeline(config, artifacts_dir=options.artifacts_dir, reporter=reporter, should_stop=cancel_file.exists)
@@ -78,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         reporter.emit({"error": {"kind": "stage", "message": str(error)}})
         print(json.dumps({"error": str(error)}), file=sys.stderr)
         return 1
+    finally:
+        processes.close()
     return 0
 
 

@@ -3,20 +3,25 @@
 - sft: simulator cases (`data.simulator_seed`, `simulator_cases`, `simulator_rooms`) and imported
   `cases_jsonl` → teacher trajectories under every harness and its HSA variants (`trajectories.py`)
   → `sft.jsonl` (TRL conversational rows with tools) + `sft-report.json`.
-- opd: general-instruction prompts (`opd.prompts`, default the shipped
-  `training/data/general_instructions.jsonl`) → `opd.jsonl` rows `{"prompt": [user message]}`.
+- opd: general-instruction prompts (`opd.prompts`, a JSONL file; default the generated pool of
+  `training/prompt_pool.py`) → `opd.jsonl` rows `{"prompt": [user message]}`.
 - rl: simulator cases seeded apart from the SFT ones (`"<seed>/rl"`), each assigned the original
   harness or an HSA variant (`rl.augmented_share`, a stable per-case draw) → `rl.jsonl` episodes
   (the case in that harness's names, the harness index and the HSA seed).
 
 Before anything is generated, the cases (or prompts) are checked against the eval sets the job will
 be judged on (`lineage.check_disjoint`), so an overlap fails fast and trains nothing.
+
+One writer: with several training processes only the main one calls `prepare` (`pipeline.run_pipeline`
+through `Processes.main_decides`) and the others get its `Prepared`, so a teacher is asked once and no
+two processes write the same file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,14 +31,13 @@ from typing import Any
 from harness.augmentation import HsaConfig, augment
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
+from training import prompt_pool
 from training.case_hashing import case_content_hash, case_hashes
-from training.datasets import read_jsonl, write_jsonl
+from training.datasets import write_jsonl
 from training.lineage import check_disjoint
 from training.pipeline_config import PipelineConfig, StageSpec
 from training.results import Reporter, StageFailed
 from training.trajectories import generate_trajectories, jsonl_cases, simulator_cases
-
-GENERAL_PROMPTS = Path(__file__).resolve().parent / "data" / "general_instructions.jsonl"
 
 
 @dataclass
@@ -48,7 +52,7 @@ class Prepared:
 def _save_meta(path: Path, prepared: Prepared) -> None:
     meta = {"case_hashes": prepared.case_hashes, "sources": prepared.sources,
             "harness_hashes": sorted(prepared.harness_hashes), "report": prepared.report}
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(meta, sort_keys=True, ensure_ascii=False), encoding="utf-8")
     temporary.replace(path)
 
@@ -108,31 +112,17 @@ def _sft(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec],
                     harness_hashes={t.harness_hash for t in trajectories}, report=summary)
 
 
-def general_prompts(path: str = "") -> list[str]:
-    """The prompts of a `{"prompt": text}` JSONL (the shipped set when `path` is empty)."""
-    source = Path(path) if path else GENERAL_PROMPTS
-    prompts = []
-    for number, row in enumerate(read_jsonl(source), 1):
-        text = row.get("prompt") if isinstance(row, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{source}:{number}: expected {{\"prompt\": text}}")
-        prompts.append(text)
-    return prompts
-
-
 def _opd(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec], path: Path,
          reporter: Reporter) -> Prepared:
     opd = stage.config
-    prompts = general_prompts(opd.prompts)  # type: ignore[attr-defined]
-    if opd.max_prompts:  # type: ignore[attr-defined]
-        prompts = prompts[:opd.max_prompts]  # type: ignore[attr-defined]
+    prompts = opd.prompt_texts()  # type: ignore[attr-defined]  # the opd.prompts file, or the generated pool
     hashes = {f"prompt-{i:05d}": case_content_hash({"prompt": text}) for i, text in enumerate(prompts)}
     check_disjoint(hashes, config.data.exclude)
     write_jsonl(path, ({"prompt": [{"role": "user", "content": text}]} for text in prompts))
-    source = opd.prompts or str(GENERAL_PROMPTS.relative_to(GENERAL_PROMPTS.parents[2]))  # type: ignore[attr-defined]
+    source = opd.prompts or "the generated pool (training/prompt_pool.py, seed 0)"  # type: ignore[attr-defined]
     reporter.line(f"opd: {len(prompts)} general-instruction prompts from {source}")
-    return Prepared(path=path, case_hashes=hashes, sources=[{"kind": "prompts", "path": source,
-                                                             "prompts": len(prompts)}],
+    return Prepared(path=path, case_hashes=hashes,
+                    sources=[prompt_pool.source_record(opd.prompts, prompts)],  # type: ignore[attr-defined]
                     report={"prompts": len(prompts)})
 
 

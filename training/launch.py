@@ -14,8 +14,17 @@ redelivered job resumes from the last checkpoint without a second trainer writin
 
 Config files live in `training/configs/`: `accelerate/{single_gpu,multi_gpu,deepspeed}.yaml` and
 `deepspeed/{zero2,zero3,zero3_offload}.json`. Command-line flags override what the YAML says, so one
-YAML per topology serves every size. CPU machines skip all of this and call `run_pipeline` in
+YAML per topology serves every size. CPU machines normally skip all of this and call `run_pipeline` in
 process (`use_cpu`, fp32).
+
+`device: cpu` starts the processes on CPU cores instead (gloo; `benchmarks/distributed_smoke.py` and the
+tests use it to run several processes on a machine without GPUs). accelerate's own `--cpu` flag starts
+one process whatever `--num_processes` says (its multi-CPU path is mpirun), so CPU processes are started
+like GPU ones, by torchrun through the multi-GPU config, and join over gloo because the job trains on the
+CPU (`model.device: cpu`, checked by `check_host`).
+
+`check_host` refuses, before anything starts, a launch this host cannot run, naming the field: more
+processes per node than GPUs (or, with `device: cpu`, than CPU cores).
 """
 
 from __future__ import annotations
@@ -40,11 +49,13 @@ from training.validation import ConfigError, build, knob, require
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 ZERO_STAGES = ("none", "zero2", "zero3", "zero3_offload")
+LAUNCH_DEVICES = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    gpus_per_node: int = knob(1, "Processes (GPUs) per node.")
+    gpus_per_node: int = knob(1, "Processes per node: one per GPU (with device cpu: CPU processes, at most one "
+                                 "per core).")
     num_nodes: int = knob(1, "Nodes in the job.")
     node_rank: int = knob(0, "This node's rank (0 is the rendezvous node).")
     main_process_ip: str = knob("127.0.0.1", "Address of node 0, reachable from every node.")
@@ -52,6 +63,9 @@ class LaunchConfig:
     deepspeed: str = knob("none", "DeepSpeed ZeRO: none, zero2, zero3 or zero3_offload (a model that does not "
                                   "fit one GPU).")
     mixed_precision: str = knob("bf16", "bf16 (GPUs from Ampere on), fp16 or no.")
+    device: str = knob("cuda", "cuda (one process per GPU, NCCL) or cpu (processes on CPU cores over gloo: "
+                               "machines without GPUs, the distributed smoke; needs mixed_precision no, no "
+                               "DeepSpeed, and a job with model.device cpu).")
 
     def check(self) -> None:
         require(1 <= self.gpus_per_node <= 64, "gpus_per_node", "must be within 1..64")
@@ -61,6 +75,11 @@ class LaunchConfig:
         require(self.main_process_ip.strip() != "", "main_process_ip", "must be set")
         require(self.deepspeed in ZERO_STAGES, "deepspeed", f"must be one of {', '.join(ZERO_STAGES)}")
         require(self.mixed_precision in ("bf16", "fp16", "no"), "mixed_precision", "must be bf16, fp16 or no")
+        require(self.device in LAUNCH_DEVICES, "device", "must be cuda or cpu")
+        if self.device == "cpu":
+            require(self.mixed_precision == "no", "mixed_precision",
+                    "must be no with device cpu (the job's model.precision decides bf16 on a CPU)")
+            require(self.deepspeed == "none", "deepspeed", "must be none with device cpu (DeepSpeed is for GPU hosts)")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str = "launch") -> LaunchConfig:
@@ -69,6 +88,45 @@ class LaunchConfig:
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+
+def usable_cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which a container's CPU limit narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_host(launch: LaunchConfig, *, model_device: str = "auto", cpu_cores: int | None = None,
+               gpus: int | None = None) -> None:
+    """Refuse a launch this host cannot run (ConfigError naming the field), before anything starts.
+
+    Processes per node beyond this host's GPUs would share or miss a GPU; beyond its CPU cores (device cpu)
+    they would only take turns on the cores and slow each other down. `model_device` is the job's
+    `model.device`: CPU processes need a job that trains on the CPU.
+    """
+    per_node = launch.gpus_per_node
+    found = visible_gpus() if gpus is None else gpus
+    if launch.device == "cpu":
+        cores = usable_cpu_cores() if cpu_cores is None else cpu_cores
+        if per_node > cores:
+            raise ConfigError("launch.gpus_per_node", f"{per_node} CPU processes per node, but this host has "
+                                                      f"{cores} CPU core{'s' if cores != 1 else ''}")
+        if model_device == "cuda" or (model_device == "auto" and found):
+            raise ConfigError("launch.device", "is cpu, but the job's model.device puts it on a GPU (set it to cpu)")
+        return
+    if per_node > found:
+        raise ConfigError("launch.gpus_per_node", f"{per_node} processes per node, but this host has "
+                                                  f"{found or 'no'} GPU{'s' if found != 1 else ''}")
+    if model_device == "cpu":
+        raise ConfigError("launch.device", "is cuda, but the job's model.device is cpu (use launch device cpu)")
 
 
 def accelerate_config_file(launch: LaunchConfig) -> Path:
@@ -84,6 +142,8 @@ def launch_command(launch: LaunchConfig, *, job_config: Path, artifacts_dir: Pat
     """argv for `accelerate launch … -m training.cli --config JOB --artifacts-dir DIR` on this node."""
     if not isinstance(launch, LaunchConfig):
         raise ConfigError("launch", "expected a LaunchConfig")
+    # device cpu: the same files; single_gpu.yaml is one plain process, multi_gpu.yaml starts torchrun (module
+    # docstring), and the processes find the CPU through the job's model.device
     argv = [accelerate, "launch", "--config_file", str(accelerate_config_file(launch)),
             "--num_machines", str(launch.num_nodes), "--num_processes", str(launch.world_size),
             "--machine_rank", str(launch.node_rank), "--mixed_precision", launch.mixed_precision]
@@ -132,9 +192,11 @@ def run_launched(config: Any, launch: LaunchConfig, *, artifacts_dir: Path, repo
     """Run a `PipelineConfig` through `accelerate launch` and report as `run_pipeline` would.
 
     Returns the finished stages' results; raises `TrainingCancelled` (stopped on `should_stop`, the
-    stage saved a checkpoint), `ConfigError` / `LineageError` (refused before training) or `StageFailed`
+    stage saved a checkpoint), `ConfigError` / `LineageError` (refused before training, a launch this
+    host cannot run included: `check_host`) or `StageFailed`
     (a stage failed, or the launched processes died: the message carries their last stderr lines).
     """
+    check_host(launch, model_device=config.model.device)
     artifacts_dir = Path(artifacts_dir)
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     job_config = artifacts_dir / JOB_CONFIG_FILE

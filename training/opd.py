@@ -38,5 +38,5 @@ def run_opd(config: OpdConfig, context: StageContext) -> dict[str, float]:
                                   callbacks=[reporter_callback, cancel_callback])
     context.reporter.line(f"opd: student {input_dir}, teacher {teacher_dir} (beta={config.beta})")
     train_with_resume(trainer, context, cancel_callback)
-    save_stage_model(trainer.model, tokenizer, context.model_dir, context.adapter_dir)
+    save_stage_model(trainer, tokenizer, context)
     return {**summary_metrics(reporter_callback.history), "prompts": float(len(rows))}

@@ -20,12 +20,17 @@ Contract (stable; the Django app `training` builds on it):
   `reporter.checkpoint(result)` when a stage finishes (again for finished stages on a resumed run).
 - Lineage: before any stage trains, its data is checked against `config.data.exclude` (eval-set
   cases the job will be judged on, by content hash); overlap raises `LineageError`, nothing trains.
+- Several processes (`accelerate launch`, `training.launch`): every process runs this function; the main
+  process alone claims the directory, prepares the data, writes `result.json`, the stage's model and the
+  reports, and shares what it decided (`stage_runtime.Processes`); a failure on it is raised on every
+  process. With one process and no launcher nothing distributed is initialised.
 
 Failures raise: `ConfigError` (bad config), `LineageError`, `StageFailed` (a NaN loss, unusable data).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -53,7 +58,15 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(temporary, path)
 
 
+def _read_result(done: Path) -> StageResult | None:
+    """A finished stage's result (its `result.json`), or None."""
+    if not done.is_file():
+        return None
+    return StageResult.from_dict(json.loads(done.read_text(encoding="utf-8")))
+
+
 def _claim(artifacts_dir: Path, config: PipelineConfig) -> None:
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
     marker = artifacts_dir / "pipeline.json"
     if marker.is_file():
         stored = json.loads(marker.read_text(encoding="utf-8"))
@@ -68,12 +81,14 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
     """Run (or resume) every stage; the finished stages' results, in order. See the module docstring."""
     from training import data_prep  # torch and TRL load here, not on import of this module
     from training.base_models import resolve_bf16, resolve_device, slow_bf16_warning
-    from training.stage_runtime import StageContext
+    from training.stage_runtime import Processes, SilentReporter, StageContext
 
     artifacts_dir = Path(artifacts_dir)
-    artifacts_dir.mkdir(parents=True, exist_ok=True)
-    _claim(artifacts_dir, config)
     use_cpu = resolve_device(config.model.device) == "cpu"
+    processes = Processes.join(use_cpu=use_cpu)
+    if not processes.main:
+        reporter = SilentReporter()
+    processes.main_decides(lambda: _claim(artifacts_dir, config))
     bf16 = resolve_bf16(config.model.precision, use_cpu=use_cpu)
     if warning := slow_bf16_warning(config.model.precision, use_cpu=use_cpu):
         reporter.line(warning)
@@ -83,20 +98,25 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
     for index, stage in enumerate(config.stages):
         directory = stage_dir(artifacts_dir, index, stage)
         done = directory / "result.json"
-        if done.is_file():
-            result = StageResult.from_dict(json.loads(done.read_text(encoding="utf-8")))
-            reporter.line(f"{stage.kind}: already finished ({result.path})")
-            reporter.checkpoint(result)
-            results.append(result)
-            parent = result.path
+        finished = processes.main_decides(functools.partial(_read_result, done))
+        if finished is not None:
+            reporter.line(f"{stage.kind}: already finished ({finished.path})")
+            reporter.checkpoint(finished)
+            results.append(finished)
+            parent = finished.path
             continue
-        prepared = data_prep.prepare(stage, config, specs, artifacts_dir / "data", reporter)
-        check_disjoint(prepared.case_hashes, config.data.exclude)
+
+        def prepare_checked(stage: StageSpec = stage) -> data_prep.Prepared:
+            prepared = data_prep.prepare(stage, config, specs, artifacts_dir / "data", reporter)
+            check_disjoint(prepared.case_hashes, config.data.exclude)
+            return prepared
+
+        prepared = processes.main_decides(prepare_checked)  # the others train on what the main process wrote
         lineage = lineage_record(prepared.case_hashes, config.data.exclude, sources=prepared.sources)
         context = StageContext(stage=stage.kind, index=index, input_model=parent, base_model=config.model.base,
                                model=config.model, directory=directory, use_cpu=use_cpu, seed=config.seed,
                                reporter=reporter, should_stop=should_stop, prepared=prepared, specs=specs,
-                               bf16=bf16)
+                               bf16=bf16, processes=processes)
         reporter.line(f"{stage.kind}: starting from {parent}")
         metrics = _stage_runner(stage.kind)(stage.config, context)
         result = StageResult(
@@ -107,7 +127,7 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
                              "pipeline": config.to_dict(with_files=False), "use_cpu": use_cpu,
                              "bf16": bf16},
         )
-        _write_json(done, result.to_dict())
+        processes.main_decides(functools.partial(_write_json, done, result.to_dict()))
         reporter.line(f"{stage.kind}: finished, model at {result.path}")
         reporter.checkpoint(result)
         results.append(result)

@@ -276,6 +276,6 @@ def run_rl(config: RlConfig, context: StageContext) -> dict[str, float]:
     context.reporter.line(f"rl: {len(episodes)} episodes × {config.num_generations} rollouts, "
                           f"rewards {', '.join(config.rewards)}")
     train_with_resume(trainer, context, cancel_callback)
-    save_stage_model(trainer.model, tokenizer, context.model_dir, context.adapter_dir)
+    save_stage_model(trainer, tokenizer, context)
     return {**summary_metrics(reporter_callback.history), "episodes": float(len(episodes)),
             "rollouts": float(rollout.rollouts)}

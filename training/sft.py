@@ -35,7 +35,7 @@ def run_sft(config: SftConfig, context: StageContext) -> dict[str, float]:
                          peft_config=lora_config(context.model) if context.model.finetune == "lora" else None,
                          callbacks=[reporter_callback, cancel_callback])
     train_with_resume(trainer, context, cancel_callback)
-    save_stage_model(trainer.model, tokenizer, context.model_dir, context.adapter_dir)
+    save_stage_model(trainer, tokenizer, context)
     return {**summary_metrics(reporter_callback.history), "trajectories": float(lengths.kept),
             "dropped_overlong": float(lengths.dropped_overlong), "longest_tokens": float(lengths.longest),
             "assistant_tokens": float(lengths.assistant_tokens)}

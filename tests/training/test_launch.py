@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training.launch import CONFIGS, LaunchConfig, launch_command, launch_shell
+from training.launch import CONFIGS, LaunchConfig, check_host, launch_command, launch_shell
 from training.validation import ConfigError
 
 JOB, OUT = Path("/jobs/7/config.json"), Path("/artifacts/7")
@@ -77,11 +77,61 @@ def test_config_files_exist_and_parse():
     ({"deepspeed": "zero4"}, "launch.deepspeed"),
     ({"gpus_per_node": 0}, "launch.gpus_per_node"),
     ({"mixed_precision": "fp8"}, "launch.mixed_precision"),
+    ({"device": "tpu"}, "launch.device"),
+    ({"device": "cpu"}, "launch.mixed_precision"),  # bf16 by default: a CPU job's precision is model.precision
+    ({"device": "cpu", "mixed_precision": "no", "deepspeed": "zero3"}, "launch.deepspeed"),
 ])
 def test_bad_launch_config_names_the_field(data, field):
     with pytest.raises(ConfigError) as error:
         LaunchConfig.from_dict(data)
     assert error.value.field == field
+
+
+def test_cpu_processes_are_started_by_torchrun_not_accelerates_cpu_flag():
+    """accelerate's --cpu starts one process whatever --num_processes says; the multi-GPU config starts them all."""
+    argv = launch_command(LaunchConfig(device="cpu", gpus_per_node=2, mixed_precision="no"), job_config=JOB,
+                          artifacts_dir=OUT)
+    options = flags(argv)
+    assert options["--config_file"].endswith("accelerate/multi_gpu.yaml") and options["--num_processes"] == "2"
+    assert "--cpu" not in options and options["--mixed_precision"] == "no"
+
+
+@pytest.mark.parametrize(("launch", "host", "model_device", "field", "says"), [
+    (LaunchConfig(device="cpu", gpus_per_node=3, mixed_precision="no"), {"cpu_cores": 2, "gpus": 0}, "cpu",
+     "launch.gpus_per_node", "3 CPU processes per node, but this host has 2 CPU cores"),
+    (LaunchConfig(gpus_per_node=8), {"cpu_cores": 64, "gpus": 4}, "auto",
+     "launch.gpus_per_node", "8 processes per node, but this host has 4 GPUs"),
+    (LaunchConfig(), {"cpu_cores": 2, "gpus": 0}, "auto", "launch.gpus_per_node", "this host has no GPUs"),
+    (LaunchConfig(device="cpu", gpus_per_node=2, mixed_precision="no"), {"cpu_cores": 2, "gpus": 1}, "auto",
+     "launch.device", "model.device puts it on a GPU"),
+    (LaunchConfig(gpus_per_node=2), {"cpu_cores": 8, "gpus": 2}, "cpu", "launch.device", "model.device is cpu"),
+])
+def test_a_launch_the_host_cannot_run_is_refused_naming_the_field(launch, host, model_device, field, says):
+    with pytest.raises(ConfigError) as error:
+        check_host(launch, model_device=model_device, **host)
+    assert error.value.field == field and says in error.value.message
+
+
+def test_a_launch_the_host_can_run_passes():
+    check_host(LaunchConfig(device="cpu", gpus_per_node=2, mixed_precision="no"), model_device="cpu", cpu_cores=2,
+               gpus=0)
+    check_host(LaunchConfig(gpus_per_node=8, num_nodes=4), model_device="auto", cpu_cores=64, gpus=8)
+
+
+def test_run_launched_refuses_before_anything_starts(tmp_path):
+    from tests.training.conftest import MINI_HARNESS, RecordingReporter
+    from training.launch import run_launched, usable_cpu_cores
+    from training.pipeline import PipelineConfig
+
+    job = PipelineConfig.from_dict({"model": {"base": "tiny-random-smollm2", "device": "cpu"},
+                                    "harnesses": [{"label": "mini@v1", "files": MINI_HARNESS}],
+                                    "stages": [{"kind": "sft", "config": {"max_steps": 1}}]})
+    too_many = LaunchConfig(device="cpu", gpus_per_node=usable_cpu_cores() + 1, mixed_precision="no")
+    reporter = RecordingReporter()
+    with pytest.raises(ConfigError) as error:
+        run_launched(job, too_many, artifacts_dir=tmp_path / "job", reporter=reporter, should_stop=lambda: False)
+    assert error.value.field == "launch.gpus_per_node"
+    assert not (tmp_path / "job").exists() and not reporter.lines  # nothing written, nothing launched
 
 
 @pytest.mark.timeout(900)
@@ -99,7 +149,7 @@ def test_a_launched_job_relays_progress_stops_on_cancel_and_resumes(tmp_path):
         "data": {"simulator_seed": 5, "simulator_cases": 2}, "trajectories": {"augmented_variants": 0},
         "stages": [{"kind": "sft", "config": {"max_steps": 12, "save_steps": 50, "logging_steps": 1,
                                               "learning_rate": 5e-3, "per_device_train_batch_size": 1}}]})
-    launch = LaunchConfig(mixed_precision="no")
+    launch = LaunchConfig(device="cpu", mixed_precision="no")
     first = RecordingReporter()
     with pytest.raises(TrainingCancelled) as cancelled:
         run_launched(job, launch, artifacts_dir=tmp_path, reporter=first, should_stop=lambda: bool(first.logs),
