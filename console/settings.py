@@ -110,6 +110,10 @@ DATABASES = {"default": dj_database_url.parse(
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env("DATABASE_POOL", True, cast=bool):
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1, "max_size": env("DATABASE_POOL_MAX_SIZE", 16, cast=int), "timeout": 10}
+    # With the pool, Django's health checks make psycopg_pool try a connection idle in the pool (one empty round
+    # trip) before a request gets it: after PostgreSQL restarts each dead one is replaced instead of failing a
+    # request (tests/serving/test_fault_postgres.py).
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("TEST", {})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
