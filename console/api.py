@@ -20,6 +20,7 @@ from serving.services import ReplyRequestError
 from training.api import router as training_router
 from training.services import TrainingError
 from workspaces.identifiers import InvalidIdentifier
+from workspaces.schemas import ERROR_MEANINGS
 
 # PostgreSQL text and jsonb cannot hold NUL characters; a request that carries one (valid JSON, valid for
 # the schema) would fail deep in a write. They never mean anything here, so they arrive as U+FFFD.
@@ -60,7 +61,19 @@ def path_without_nul(run):
     return wrapper
 
 
-api = NinjaAPI(
+class PlatformApi(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        """Each documented error answer says what it means on this API (workspaces.schemas.ERROR_MEANINGS)."""
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                for status, answer in operation["responses"].items():
+                    if int(status) in ERROR_MEANINGS:
+                        answer["description"] = ERROR_MEANINGS[int(status)]
+        return schema
+
+
+api = PlatformApi(
     title="HarnessOps platform API",
     version="1",
     urls_namespace="api",
@@ -102,11 +115,18 @@ def _label_conflict(request, exc: LabelConflict):
 
 
 @api.exception_handler(StoreError)
-@api.exception_handler(ReplyRequestError)
 @api.exception_handler(ExperimentError)
-@api.exception_handler(EvolutionError)
 def _store_error(request, exc: Exception):
     return api.create_response(request, {"detail": str(exc), "errors": []}, status=400)
+
+
+# What these refuse through the API is a valid request at odds with the current state (a room without a
+# harness in a workspace with several; a proposal already decided, a run not done, a window without judged
+# traces): the schemas refuse the invalid ones first, with a 422 naming the field.
+@api.exception_handler(ReplyRequestError)
+@api.exception_handler(EvolutionError)
+def _state_conflict(request, exc: Exception):
+    return api.create_response(request, {"detail": str(exc), "errors": []}, status=409)
 
 
 @api.exception_handler(TrainingError)

@@ -19,7 +19,7 @@ from harness.schemas import (
 )
 from harness.spec import spec_to_dict
 from workspaces.access import READ, require
-from workspaces.schemas import errors, reject_unknown_query
+from workspaces.schemas import errors, links, reject_unknown_query
 
 router = Router(tags=["harnesses"])
 
@@ -46,7 +46,22 @@ def _harness(request, name: str) -> Harness:
     return selectors.harness_get(request.workspace, name)
 
 
-@router.get("/harnesses", response={200: list[HarnessOut], **errors(401, 403)})
+# What a client does next with a harness, a version or a label it was given (OpenAPI links).
+_FIRST_HARNESS = {"name": "$response.body#/0/name"}
+_SAME_HARNESS = {"name": "$request.path.name"}
+_COMMITTED = links(200, 201, harness_api_get_version={**_SAME_HARNESS, "ref": "$response.body#/version/number"},
+                   harness_api_list_versions=_SAME_HARNESS, harness_api_move_label=_SAME_HARNESS,
+                   harness_api_diff_versions={**_SAME_HARNESS, "from_ref": "$response.body#/version/number",
+                                              "to_ref": "$response.body#/version/number"})
+
+
+@router.get("/harnesses", response={200: list[HarnessOut], **errors(401, 403)}, openapi_extra=links(
+    200, harness_api_list_versions=_FIRST_HARNESS, harness_api_commit_version=_FIRST_HARNESS,
+    harness_api_move_label=_FIRST_HARNESS,
+    harness_api_get_version={**_FIRST_HARNESS, "ref": "$response.body#/0/head"},
+    harness_api_get_version_by_label={**_FIRST_HARNESS, "label": "$response.body#/0/labels/0/name"},
+    harness_api_diff_versions={**_FIRST_HARNESS, "from_ref": "$response.body#/0/head",
+                               "to_ref": "$response.body#/0/head"}))
 def list_harnesses(request):
     require(request.actor, request.workspace, READ)
     return [
@@ -56,7 +71,10 @@ def list_harnesses(request):
     ]
 
 
-@router.get("/harnesses/{name}/versions", response={200: list[VersionOut], **errors(401, 403, 404)})
+@router.get("/harnesses/{name}/versions", response={200: list[VersionOut], **errors(401, 403, 404)},
+            openapi_extra=links(200, harness_api_get_version={**_SAME_HARNESS, "ref": "$response.body#/0/number"},
+                                harness_api_diff_versions={**_SAME_HARNESS, "from_ref": "$response.body#/0/number",
+                                                           "to_ref": "$response.body#/0/number"}))
 def list_versions(request, name: str):
     harness = _harness(request, name)
     versions = harness.versions.select_related("parent", "harness").prefetch_related(
@@ -87,7 +105,8 @@ def diff_versions(request, name: str, from_ref: str, to_ref: str):
 
 
 @router.post("/harnesses/{name}/versions",
-             response={200: CommitOut, 201: CommitOut, **errors(400, 401, 403, 404, 409, 422)})
+             response={200: CommitOut, 201: CommitOut, **errors(400, 401, 403, 404, 409, 422)},
+             openapi_extra=_COMMITTED)
 def commit_version(request, name: str, payload: CommitIn):
     """Commit files on top of `base_version` (write scope). 409 when the base is stale, 422 with paths when invalid."""
     harness = _harness(request, name)
@@ -97,7 +116,9 @@ def commit_version(request, name: str, payload: CommitIn):
     return Status(201 if result.created else 200, {"created": result.created, "version": _version_out(result.version)})
 
 
-@router.put("/harnesses/{name}/labels/{label}", response={200: LabelMoveOut, **errors(400, 401, 403, 404, 409, 422)})
+@router.put("/harnesses/{name}/labels/{label}", response={200: LabelMoveOut, **errors(400, 401, 403, 404, 409, 422)},
+            openapi_extra=links(200, harness_api_get_version_by_label={**_SAME_HARNESS, "label": "$request.path.label"},
+                                harness_api_get_version={**_SAME_HARNESS, "ref": "$response.body#/to_version"}))
 def move_label(request, name: str, payload: LabelMoveIn,
                label: str = Path(..., max_length=LABEL_MAX, pattern=LABEL_PATTERN)):
     """Point a label at a version (write scope; approve scope for protected labels such as production)."""

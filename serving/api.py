@@ -3,7 +3,7 @@
 import json
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
+from django.http import Http404, StreamingHttpResponse
 from ninja import Router
 from ninja.errors import AuthenticationError, HttpError
 
@@ -46,16 +46,20 @@ def _key_current(request, generation: int) -> None:
 
 
 def _checked_backend(request, name: str | None) -> str | None:
-    """A backend named in the request must exist here (a checkpoint: in this workspace): else 422 on the field."""
+    """A backend named in the request (a name the schema allows) must be here: a `checkpoint:<id>` of another
+    workspace, or of none, is a 404; anything else this deployment cannot run is a 422 on the field."""
     from django.core.exceptions import ImproperlyConfigured
     from ninja.errors import ValidationError
 
+    from serving.backends import backend_family
     from serving.model_config import backend_for
 
     if name:
         try:
             backend_for(name, workspace=request.workspace)
         except ImproperlyConfigured as exc:
+            if backend_family(name) is not None:
+                raise Http404(str(exc)) from None
             raise ValidationError([{"loc": ["body", "payload", "backend"], "msg": str(exc)}]) from None
     return name
 
@@ -75,7 +79,7 @@ SSE_EVENT = {
 SSE_RESPONSE = {"responses": {200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}}
 
 
-@router.post("/rooms/{room_id}/reply", response={200: ReplyOut, **errors(400, 401, 403, 404, 413, 422, 429, 503)},
+@router.post("/rooms/{room_id}/reply", response={200: ReplyOut, **errors(400, 401, 403, 404, 409, 413, 422, 429, 503)},
              openapi_extra=SSE_RESPONSE, auth=RememberedApiKeyAuth())
 def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
     """Answer a viewer. `?stream=1` answers with server-sent events: `delta` events, then one `final` event.

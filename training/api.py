@@ -6,9 +6,13 @@ from training import selectors, services
 from training.models import Checkpoint, TrainingJob
 from training.schemas import CheckpointOut, JobIn, JobOut
 from workspaces.access import READ, WRITE, require
-from workspaces.schemas import errors
+from workspaces.schemas import errors, links
 
 router = Router(tags=["training"])
+
+# A job is read and can be cancelled (OpenAPI links).
+_NEW_JOB = {"job_id": "$response.body#/id"}
+_FIRST_JOB = {"job_id": "$response.body#/0/id"}
 
 
 def _job_out(job: TrainingJob) -> dict:
@@ -37,7 +41,8 @@ def _jobs(request):
     return selectors.jobs(request.workspace).prefetch_related("excluded_sets__eval_set", "checkpoints")
 
 
-@router.post("/training/jobs", response={201: JobOut, **errors(400, 401, 403, 404, 422)})
+@router.post("/training/jobs", response={201: JobOut, **errors(400, 401, 403, 404, 422)},
+             openapi_extra=links(201, training_api_get_job=_NEW_JOB, training_api_cancel_job=_NEW_JOB))
 def create_job(request, payload: JobIn):
     """Validate and queue a training job on the `gpu` queue. A bad field answers 422 naming it; nothing is queued."""
     require(request.actor, request.workspace, WRITE)
@@ -56,7 +61,8 @@ def create_job(request, payload: JobIn):
     return Status(201, _job_out(_jobs(request).get(pk=job.pk)))
 
 
-@router.get("/training/jobs", response={200: list[JobOut], **errors(401, 403)})
+@router.get("/training/jobs", response={200: list[JobOut], **errors(401, 403)},
+            openapi_extra=links(200, training_api_get_job=_FIRST_JOB, training_api_cancel_job=_FIRST_JOB))
 def list_jobs(request):
     require(request.actor, request.workspace, READ)
     return [_job_out(job) for job in _jobs(request)[:200]]
@@ -68,7 +74,8 @@ def get_job(request, job_id: int):
     return _job_out(selectors.job_get(request.workspace, job_id))
 
 
-@router.post("/training/jobs/{job_id}/cancel", response={200: JobOut, **errors(400, 401, 403, 404, 422)})
+@router.post("/training/jobs/{job_id}/cancel", response={200: JobOut, **errors(400, 401, 403, 404, 422)},
+             openapi_extra=links(200, training_api_get_job=_NEW_JOB))
 def cancel_job(request, job_id: int):
     """Stop a job at its next step; the checkpoints it registered stay."""
     require(request.actor, request.workspace, WRITE)

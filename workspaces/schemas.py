@@ -69,6 +69,12 @@ def json_int(**constraints) -> type:
     return Annotated[int, Field(strict=False, **constraints), BeforeValidator(_json_integer)]
 
 
+# Text that is not blank: some character Python's str.strip() keeps (services strip and refuse blank text).
+# Spelled out rather than `\S`, which JSON Schema (ECMA), pydantic (Rust) and Python each read differently:
+# U+001C-U+001F are blank to Python only, so a reason of "\x1f" passed `\S` and the service refused it.
+NOT_BLANK = r"[^\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+
+
 _ISO_DATE = re.compile(r"\d{4}-\d\d-\d\d")
 
 

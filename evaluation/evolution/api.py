@@ -8,9 +8,16 @@ from evaluation.evolution.models import Cluster, Diagnosis, Proposal
 from evaluation.evolution.schemas import ClusterOut, DiagnosisOut, LiveDiagnosisIn, ProposalOut, RejectIn
 from harness import selectors as harness_selectors
 from workspaces.access import READ, require
-from workspaces.schemas import errors
+from workspaces.schemas import errors, links
 
 router = Router(tags=["evolution"])
+
+# A diagnosis is read, its clusters and proposals listed; a listed proposal accepted or rejected (OpenAPI links).
+_NEW_DIAGNOSIS = {"diagnosis_id": "$response.body#/id"}
+_DIAGNOSIS_LINKS = {"evaluation_evolution_api_get_diagnosis": _NEW_DIAGNOSIS,
+                    "evaluation_evolution_api_list_clusters": _NEW_DIAGNOSIS,
+                    "evaluation_evolution_api_list_proposals": _NEW_DIAGNOSIS}
+_FIRST_PROPOSAL = {"proposal_id": "$response.body#/0/id"}
 
 
 def _diagnosis_out(d: Diagnosis) -> dict:
@@ -40,28 +47,35 @@ def _diagnosis(request, diagnosis_id: int) -> Diagnosis:
     return selectors.diagnosis_get(request.workspace, diagnosis_id)
 
 
-@router.post("/eval/runs/{run_id}/diagnoses", response={201: DiagnosisOut, **errors(400, 401, 403, 404, 422)}, summary="Diagnose a finished eval run")
+@router.post("/eval/runs/{run_id}/diagnoses", response={201: DiagnosisOut, **errors(401, 403, 404, 409, 422)},
+             summary="Diagnose a finished eval run", openapi_extra=links(201, **_DIAGNOSIS_LINKS))
 def request_diagnosis(request, run_id: int):
-    """Queue a diagnosis (write scope): failure signatures, clusters, stop advice and proposed edits."""
+    """Queue a diagnosis (write scope): failure signatures, clusters, stop advice and proposed edits.
+
+    409 when the run is not finished (done), or is an IFEval run (it tests the model, not the harness)."""
     run = eval_selectors.run_get(request.workspace, run_id)
     return Status(201, _diagnosis_out(diagnosing.diagnosis_request(actor=request.actor, run=run)))
 
 
-@router.post("/harnesses/{name}/diagnoses", response={201: DiagnosisOut, **errors(400, 401, 403, 404, 422)},
-             summary="Diagnose a version's live traces in a time window")
+@router.post("/harnesses/{name}/diagnoses", response={201: DiagnosisOut, **errors(400, 401, 403, 404, 409, 422)},
+             summary="Diagnose a version's live traces in a time window",
+             openapi_extra=links(201, **_DIAGNOSIS_LINKS))
 def request_live_diagnosis(request, name: str, payload: LiveDiagnosisIn):
     """Queue a diagnosis (write scope) of the version's live API traces in [start, end) that carry live judge
     scores (the live judge samples replies inside experiments, HARNESSOPS_LIVE_JUDGE_RATE).
 
-    400 when the window holds no live trace of the version, or none with a judge score, or when `start` is
-    not before `end` or the window is longer than 31 days; 404 for an unknown harness or version."""
+    422 naming `end` when `start` is not before `end` or the window is longer than 31 days; 409 when the
+    window holds no live trace of the version, or none with a judge score; 404 for an unknown harness or
+    version."""
     harness = harness_selectors.harness_get(request.workspace, name)
     version = harness_selectors.version_get(harness, payload.version)
     return Status(201, _diagnosis_out(diagnosing.diagnosis_request_live(
         actor=request.actor, harness=harness, version=version, start=payload.start, end=payload.end)))
 
 
-@router.get("/diagnoses/{diagnosis_id}", response={200: DiagnosisOut, **errors(401, 403, 404, 422)})
+@router.get("/diagnoses/{diagnosis_id}", response={200: DiagnosisOut, **errors(401, 403, 404, 422)},
+            openapi_extra=links(200, evaluation_evolution_api_list_clusters=_NEW_DIAGNOSIS,
+                                evaluation_evolution_api_list_proposals=_NEW_DIAGNOSIS))
 def get_diagnosis(request, diagnosis_id: int):
     return _diagnosis_out(_diagnosis(request, diagnosis_id))
 
@@ -72,7 +86,9 @@ def list_clusters(request, diagnosis_id: int):
     return [_cluster_out(c) for c in _diagnosis(request, diagnosis_id).clusters.all()]
 
 
-@router.get("/diagnoses/{diagnosis_id}/proposals", response={200: list[ProposalOut], **errors(401, 403, 404, 422)})
+@router.get("/diagnoses/{diagnosis_id}/proposals", response={200: list[ProposalOut], **errors(401, 403, 404, 422)},
+            openapi_extra=links(200, evaluation_evolution_api_accept_proposal=_FIRST_PROPOSAL,
+                                evaluation_evolution_api_reject_proposal=_FIRST_PROPOSAL))
 def list_proposals(request, diagnosis_id: int, valid: bool | None = None):
     """Proposed edits; `valid=true` for the candidates only (invalid ones keep their errors)."""
     proposals = _diagnosis(request, diagnosis_id).proposals.select_related("cluster")
@@ -81,15 +97,19 @@ def list_proposals(request, diagnosis_id: int, valid: bool | None = None):
     return [_proposal_out(p) for p in proposals]
 
 
-@router.post("/proposals/{proposal_id}/accept", response={200: ProposalOut, **errors(400, 401, 403, 404, 422)})
+@router.post("/proposals/{proposal_id}/accept", response={200: ProposalOut, **errors(401, 403, 404, 409, 422)})
 def accept_proposal(request, proposal_id: int):
-    """Accept a valid proposal (write scope); accepted edits become one candidate version in the console."""
+    """Accept a valid proposal (write scope); accepted edits become one candidate version in the console.
+
+    409 when the proposal is invalid or already decided, or its diagnosis already made its candidate."""
     proposal = selectors.proposal_get(request.workspace, proposal_id)
     return _proposal_out(decisions.proposal_accept(actor=request.actor, proposal=proposal))
 
 
-@router.post("/proposals/{proposal_id}/reject", response={200: ProposalOut, **errors(400, 401, 403, 404, 422)})
+@router.post("/proposals/{proposal_id}/reject", response={200: ProposalOut, **errors(400, 401, 403, 404, 409, 422)})
 def reject_proposal(request, proposal_id: int, payload: RejectIn):
-    """Reject with a reason (write scope): later diagnoses read it and never propose the same edit again."""
+    """Reject with a reason (write scope): later diagnoses read it and never propose the same edit again.
+
+    409 when the proposal was already decided."""
     proposal = selectors.proposal_get(request.workspace, proposal_id)
     return _proposal_out(decisions.proposal_reject(actor=request.actor, proposal=proposal, reason=payload.reason))

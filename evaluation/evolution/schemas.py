@@ -1,15 +1,36 @@
 """API schemas for harness evolution (XIn / XOut pairs)."""
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
+
+from evaluation.evolution.diagnosing import MAX_LIVE_WINDOW
+from workspaces.schemas import NOT_BLANK, BodyIn, IsoDateTime, json_int
 
 
-class LiveDiagnosisIn(Schema):
-    version: int = Field(ge=1, le=2_147_483_647, description="The harness version whose live traces are diagnosed.")
-    start: datetime = Field(description="Start of the window (inclusive); a time without a zone is UTC.")
-    end: datetime = Field(description="End of the window (exclusive), at most 31 days after `start`.")
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment  # naive times are read as UTC
+
+
+class LiveDiagnosisIn(BodyIn):
+    """A window of live traces: `start` before `end`, at most 31 days apart (else a 422 on `end`)."""
+
+    version: json_int(ge=1, le=2_147_483_647) = Field(description="The harness version whose live traces are diagnosed.")
+    start: IsoDateTime = Field(description="Start of the window (inclusive); a time without a zone is UTC.")
+    end: IsoDateTime = Field(description=f"End of the window (exclusive): after `start`, at most "
+                                         f"{MAX_LIVE_WINDOW.days} days after it.")
+
+    @field_validator("end")
+    @classmethod
+    def _window(cls, end: datetime, info: ValidationInfo) -> datetime:
+        start = info.data.get("start")
+        if start is not None:  # else `start` has its own error
+            if _utc(end) <= _utc(start):
+                raise ValueError("The window's end must be after its start.")
+            if _utc(end) - _utc(start) > MAX_LIVE_WINDOW:
+                raise ValueError(f"The window is longer than {MAX_LIVE_WINDOW.days} days: choose a shorter one.")
+        return end
 
 
 class DiagnosisOut(Schema):
@@ -61,5 +82,5 @@ class ProposalOut(Schema):
     decided_by: str
 
 
-class RejectIn(Schema):
-    reason: str = Field(min_length=1, max_length=1000, description="Why: the next diagnosis reads it.")
+class RejectIn(BodyIn):
+    reason: str = Field(min_length=1, max_length=1000, pattern=NOT_BLANK, description="Why: the next diagnosis reads it.")

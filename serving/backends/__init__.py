@@ -12,6 +12,7 @@ app registers `checkpoint:<id>`. Pure Python: no Django here.
 """
 
 from serving.backends.registry import (
+    backend_families,
     backend_family,
     backend_names,
     create_backend,
@@ -24,6 +25,7 @@ from serving.backends.registry import (
 from serving.backends import local, openai, scripted, transformers_backend  # noqa: E402,F401  isort: skip
 
 __all__ = [
+    "backend_families",
     "backend_family",
     "backend_names",
     "create_backend",

@@ -53,5 +53,10 @@ def backend_names() -> list[str]:
     return sorted(_FACTORIES)
 
 
+def backend_families() -> list[str]:
+    """The registered family prefixes (`checkpoint` for `checkpoint:<id>`)."""
+    return sorted(_FAMILIES)
+
+
 def is_backend_name(name: str) -> bool:
     return name in _FACTORIES or backend_family(name) is not None

@@ -131,7 +131,7 @@ def test_api_requests_a_diagnosis_and_decides(client, workspace, harness, finish
     assert empty.status_code == 422 and empty.json()["errors"][0]["path"].endswith("reason")
     assert client.post(f"/api/v1/proposals/{first}/accept", **auth).json()["status"] == "accepted"
     again = client.post(f"/api/v1/proposals/{first}/accept", **auth)
-    assert again.status_code == 400 and "already accepted" in again.json()["detail"]
+    assert again.status_code == 409 and "already accepted" in again.json()["detail"]  # the proposal's state
     rejected = client.post(f"/api/v1/proposals/{second}/reject", json.dumps({"reason": "too broad"}),
                            content_type="application/json", **auth).json()
     assert rejected["status"] == "rejected" and rejected["reason"] == "too broad"

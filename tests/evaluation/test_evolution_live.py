@@ -150,9 +150,13 @@ def test_the_api_requests_a_live_diagnosis_with_documented_errors(client, worksp
     assert client.get(f"/api/v1/diagnoses/{out['id']}/clusters", **auth).json()
 
     empty = post({"version": 1, "start": "2020-01-01T00:00:00", "end": "2020-01-02T00:00:00"})  # naive: UTC
-    assert empty.status_code == 400 and empty.json()["detail"].startswith("No live traces of avatar@v1 between "
+    assert empty.status_code == 409 and empty.json()["detail"].startswith("No live traces of avatar@v1 between "
                                                                           "2020-01-01 00:00 and 2020-01-02 00:00 UTC")
-    assert post({**body, "start": body["end"], "end": body["start"]}).status_code == 400
+    for start, end in [(body["end"], body["start"]), (body["start"], body["start"]),  # not before `end`
+                       ("2020-01-01T00:00:00Z", "2020-02-01T00:00:01Z")]:  # longer than 31 days
+        refused = post({**body, "start": start, "end": end})
+        assert refused.status_code == 422 and refused.json()["errors"][0]["path"] == "body.payload.end", refused.content
+    assert post({**body, "version": True}).status_code == 422  # a boolean is not a version number
     assert post({**body, "version": 99}).status_code == 404
     assert post(body, name="nope").status_code == 404
     missing = post({"version": 1, "start": body["start"]})
@@ -162,7 +166,7 @@ def test_the_api_requests_a_live_diagnosis_with_documented_errors(client, worksp
     assert Diagnosis.objects.count() == 1
 
     operation = client.get("/api/openapi.json").json()["paths"]["/api/v1/harnesses/{name}/diagnoses"]["post"]
-    assert {"201", "400", "401", "403", "404", "422"} <= set(operation["responses"])
+    assert {"201", "400", "401", "403", "404", "409", "422"} <= set(operation["responses"])
     assert "HARNESSOPS_LIVE_JUDGE_RATE" in operation["description"]
 
 

@@ -72,6 +72,9 @@ def test_reply_api_answers_with_a_named_checkpoint(client, workspace, foreign_wo
     foreign = Checkpoint.objects.create(workspace=foreign_workspace, stage="sft", base_model="m", path="/x")
     response = client.post(url, json.dumps({**body, "backend": f"checkpoint:{foreign.pk}"}),
                            content_type="application/json", **headers)
+    assert response.status_code == 404 and "No checkpoint" in response.json()["detail"]  # none with that id here
+    response = client.post(url, json.dumps({**body, "backend": "checkpoint:first"}), content_type="application/json",
+                           **headers)
     assert response.status_code == 422 and response.json()["errors"][0]["path"].endswith("backend")
 
 
