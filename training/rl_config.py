@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from training.rewards import DEFAULT_REWARDS, reward_names
 from training.stage_config import StageConfig
-from training.validation import build, knob, require
+from training.validation import ConfigError, build, knob, require
 
 FAULT_KINDS = ("timeout", "malformed", "permission")
+GENERATIONS = ("transformers", "vllm-colocate", "vllm-server")
+
+
+def vllm_installed() -> bool:
+    """Whether this host can import vLLM (looked up, not imported: importing it initialises CUDA)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _url_problem(url: str) -> str | None:
+    """Why `url` is not a vLLM server base URL (http(s)://host[:port]), or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number in 0..65535)
+    except ValueError as error:
+        return f"“{url}” does not parse as a URL ({error})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"“{url}” is not an http(s)://host[:port] URL"
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        return f"“{url}” has a path; give the server's base URL (TRL appends /v1/…)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -42,6 +64,15 @@ class RlConfig(StageConfig):
                                           "rewards (rewards.SEGMENT_OF) instead of one per completion.")
     drop_zero_spread_groups: bool = knob(True, "Groups whose rewards do not vary carry no gradient (TRL keeps "
                                                "them; with GDPO's batch re-centring they would get a spurious one).")
+    generation: str = knob("transformers", "What samples the rollouts' model calls (batched over a generation "
+                                           "batch's turns either way): transformers (the policy in process, CPU "
+                                           "or GPU), vllm-colocate (TRL's vLLM engine on the training GPUs) or "
+                                           "vllm-server (a `vllm serve` server at vllm_server_url). vLLM modes "
+                                           "need vLLM installed on the training host.")
+    vllm_server_url: str = knob("", "Base URL of the vLLM server for generation vllm-server, e.g. "
+                                    "http://10.0.0.5:8000.")
+    vllm_gpu_memory_utilization: float = knob(0.3, "Share of each GPU's memory vLLM reserves in vllm-colocate "
+                                                   "(weights, activations, KV cache); the rest is training's.")
 
     def check(self) -> None:
         super().check()
@@ -67,6 +98,25 @@ class RlConfig(StageConfig):
                                         f"{', '.join(reward_names())}")
         require(not self.reward_weights or len(self.reward_weights) == len(self.rewards), "reward_weights",
                 "must be empty or one weight per reward")
+        require(self.generation in GENERATIONS, "generation", f"must be one of {', '.join(GENERATIONS)}")
+        problem = _url_problem(self.vllm_server_url) if self.vllm_server_url else None
+        require(problem is None, "vllm_server_url", problem or "")
+        require(self.generation != "vllm-server" or bool(self.vllm_server_url), "vllm_server_url",
+                "required when generation is vllm-server")
+        require(0.0 < self.vllm_gpu_memory_utilization < 1.0, "vllm_gpu_memory_utilization",
+                "must be within (0, 1)")
+
+    def generation_arguments(self, where: str = "rl") -> dict[str, Any]:
+        """GRPOConfig's generation keyword arguments. Checks this host first (the config itself is valid on
+        any host, e.g. the console's): a vLLM mode where vLLM is not installed raises `ConfigError`."""
+        if self.generation == "transformers":
+            return {"use_vllm": False}
+        if not vllm_installed():
+            raise ConfigError(f"{where}.generation", "vLLM is not installed on this host")
+        if self.generation == "vllm-colocate":
+            return {"use_vllm": True, "vllm_mode": "colocate",
+                    "vllm_gpu_memory_utilization": self.vllm_gpu_memory_utilization}
+        return {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": self.vllm_server_url.rstrip("/")}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str = "rl") -> RlConfig:

@@ -16,8 +16,24 @@ advantages in `rl.py`. A turn longer than `max_completion_length` stops there (t
 and the runtime records an error outcome, which the rewards score as a failure).
 
 `HarnessRollout` is the `rollout_func` TRL's GRPOTrainer calls: it maps each prompt back to its
-episode (case, harness variant), runs the turn, and returns ids, logprobs, `env_mask` and the
+episode (case, harness variant), runs the turns, and returns ids, logprobs, `env_mask` and the
 columns the reward functions read (`trace`, `case`, `segments`).
+
+Batching. All the turns TRL hands over in one call (a generation batch: whole GRPO groups) run
+together on one event loop. A backend's model call does not generate by itself: it hands its prefix
+and token budget to the group's `GroupSampler` and waits. When every live turn is waiting (the others
+have finished), the sampler serves them all with one batched generation, sorted by slot so the batch
+does not depend on timing, and each turn goes on with its own tool calls and hooks until its next model
+call. A turn whose deadline passes while it waits is cancelled by the runtime and leaves the group; the
+rest are served without it. The generation behind the sampler is one of:
+
+- `TransformersGeneration`: the policy in process, one `model.generate` over the left-padded prefixes
+  (the CPU path, and `rl.generation: transformers` on a GPU);
+- `VllmGeneration`: TRL's vLLM engine (`trainer.vllm_generation`, colocated or a server; TRL syncs the
+  policy's weights into it before every rollout), for `rl.generation: vllm-colocate | vllm-server`.
+
+Each row stops at its own `<|im_end|>` or budget; what a batch generated past that is dropped.
+`batched=False` runs the turns one after another (the baseline of `benchmarks/rollout_throughput.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,15 +80,164 @@ class Episode:
         return assemble_messages(self.spec, self.turn(), TRAINING_NOW)
 
 
+# (prefixes, budgets) → for each row, its sampled ids (ending at <|im_end|> or at its budget) and their logprobs
+Generation = Callable[[list[list[int]], list[int]], list[tuple[list[int], list[float]]]]
+
+
+def _until_end(ids: list[int], logprobs: list[float], end_id: int, budget: int) -> tuple[list[int], list[float]]:
+    """A row's own sample out of a batch's: up to its budget and its first end token (padding dropped)."""
+    ids = ids[:budget]
+    if end_id in ids:
+        ids = ids[:ids.index(end_id) + 1]
+    return ids, logprobs[:len(ids)]
+
+
+class TransformersGeneration:
+    """One `model.generate` over every waiting row: left padding and an attention mask, ancestral sampling at
+    `temperature`, each row's logprobs read from the processed scores (as the trainer's sampler sees them).
+
+    Rows with the same prefix (a GRPO group's turns all start from one prompt) share its prefill: the KV cache
+    of each distinct prefix is computed once and repeated for its rows before `generate` goes on from it.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, temperature: float):
+        self.model, self.temperature = model, temperature
+        self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.pad_id = self.end_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+        self.calls = 0
+
+    @torch.no_grad()
+    def __call__(self, prefixes: list[list[int]], budgets: list[int]) -> list[tuple[list[int], list[float]]]:
+        self.calls += 1
+        device = next(self.model.parameters()).device
+        width = max(len(ids) for ids in prefixes)
+        input_ids = torch.full((len(prefixes), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prefixes):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids):] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                      cache=self._shared_prefill(prefixes, input_ids, attention_mask),
+                                      max_new_tokens=max(budgets), do_sample=True, temperature=self.temperature,
+                                      top_k=0, top_p=1.0, eos_token_id=self.end_id, pad_token_id=self.pad_id,
+                                      output_scores=True, return_dict_in_generate=True)
+        finally:
+            self.model.train(was_training)
+        generated = out.sequences[:, width:]
+        logprobs = torch.stack([torch.log_softmax(score.float(), dim=-1).gather(1, generated[:, step, None])[:, 0]
+                                for step, score in enumerate(out.scores)], dim=1)
+        return [_until_end(generated[row].tolist(), logprobs[row].tolist(), self.end_id, budget)
+                for row, budget in enumerate(budgets)]
+
+    def _shared_prefill(self, prefixes: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor
+                        ) -> Any:
+        """The KV cache of every row's prefix but its last token, one forward per distinct prefix; None when
+        the rows are all distinct (then `generate` prefills them itself)."""
+        keys = [tuple(ids) for ids in prefixes]
+        distinct = list(dict.fromkeys(keys))
+        if len(distinct) == len(keys) or input_ids.shape[1] < 2:
+            return None
+        first_rows = [keys.index(key) for key in distinct]
+        mask = attention_mask[first_rows, :-1]
+        cache = self.model(input_ids=input_ids[first_rows, :-1], attention_mask=mask,
+                           position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True).cache
+        cache.batch_select_indices(torch.tensor([distinct.index(key) for key in keys], device=input_ids.device))
+        return cache
+
+
+class VllmGeneration:
+    """The same batch through TRL's vLLM engine (`trainer.vllm_generation`: colocated, or a `vllm serve` server).
+
+    TRL's engine is built for single-turn GRPO: it samples up to the whole completion budget and stops at
+    EOS. A model call of a turn needs its own budget and must stop at `<|im_end|>`, so both are set on the
+    engine for the call and restored after. Not exercised on the development machine (no GPU, no vLLM).
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any):
+        self.engine = engine
+        self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.calls = 0
+
+    def __call__(self, prefixes: list[list[int]], budgets: list[int]) -> list[tuple[list[int], list[float]]]:
+        self.calls += 1
+        saved = self.engine.max_completion_length, self.engine.generation_kwargs
+        self.engine.max_completion_length = max(budgets)
+        self.engine.generation_kwargs = {**(saved[1] or {}), "stop_token_ids": [self.end_id]}
+        try:
+            _, completions, logprobs, _ = self.engine.generate(prompts=prefixes, images=None, num_generations=1)
+        finally:
+            self.engine.max_completion_length, self.engine.generation_kwargs = saved
+        # vLLM returns the sampled token's logprob first in each position's list
+        return [_until_end(list(ids), [position[0] for position in row], self.end_id, budget)
+                for ids, row, budget in zip(completions, logprobs, budgets, strict=True)]
+
+
+class GroupSampler:
+    """The model calls of one group's turns, served in batches (module docstring: Batching).
+
+    `turns` is how many turns share it; each calls `sample()` for its model calls and `finished()` once when
+    its turn is over. A batch runs when every live turn is waiting.
+    """
+
+    def __init__(self, generation: Generation, turns: int = 1):
+        self.generation = generation
+        self.live = turns
+        self.batches = 0
+        self.calls = 0
+        self._waiting: dict[int, tuple[list[int], int, asyncio.Future]] = {}
+        self._running: asyncio.Task | None = None
+
+    async def sample(self, slot: int, prefix: list[int], budget: int) -> tuple[list[int], list[float]]:
+        """The ids sampled after `prefix` (at most `budget` of them) and their logprobs."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[slot] = (prefix, budget, future)
+        self._dispatch()
+        return await future
+
+    def finished(self) -> None:
+        """A turn is over (replied, failed or past its deadline): the group no longer waits for it."""
+        self.live -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        waiting = {slot: request for slot, request in self._waiting.items() if not request[2].done()}
+        if self._running is not None or not waiting or len(waiting) < self.live:
+            return
+        self._waiting.clear()
+        self._running = asyncio.get_running_loop().create_task(self._serve(dict(sorted(waiting.items()))))
+
+    async def _serve(self, batch: dict[int, tuple[list[int], int, asyncio.Future]]) -> None:
+        self.batches += 1
+        self.calls += len(batch)
+        requests = list(batch.values())
+        try:  # in a thread, so that deadlines still fire while the batch generates
+            results = await asyncio.to_thread(self.generation, [r[0] for r in requests], [r[1] for r in requests])
+        except Exception as error:  # each waiting turn records it as its own error outcome
+            for _, _, future in requests:
+                if not future.done():
+                    future.set_exception(error)
+        else:
+            for (_, _, future), result in zip(requests, results, strict=True):
+                if not future.done():  # its turn was cancelled (deadline) while the batch ran
+                    future.set_result(result)
+        finally:
+            self._running = None
+            self._dispatch()
+
+
 class PolicyBackend:
-    """Samples from the policy and records the turn as ids (module docstring)."""
+    """Samples from the policy through `sampler` and records the turn as ids (module docstring)."""
 
     name = "policy"
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int, temperature: float,
-                 max_completion_length: int):
-        self.model, self.tokenizer = model, tokenizer
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+    def __init__(self, sampler: GroupSampler, tokenizer: Any, *, max_new_tokens: int, max_completion_length: int,
+                 slot: int = 0):
+        self.sampler, self.tokenizer, self.slot = sampler, tokenizer, slot
+        self.max_new_tokens = max_new_tokens
         self.max_completion_length = max_completion_length
         self.prompt_ids: list[int] | None = None
         self.completion_ids: list[int] = []
@@ -107,7 +272,8 @@ class PolicyBackend:
         budget = self.max_completion_length - len(self.completion_ids)
         if budget <= 0:
             raise BackendError(f"the turn reached max_completion_length={self.max_completion_length} tokens")
-        generated, logprobs = await asyncio.to_thread(self._sample, min(self.max_new_tokens, budget))
+        generated, logprobs = await self.sampler.sample(self.slot, self.prompt_ids + self.completion_ids,
+                                                        min(self.max_new_tokens, budget))
         self._ended = bool(generated) and generated[-1] == self._end_id
         text = self.tokenizer.decode(generated, skip_special_tokens=False).removesuffix(IM_END)
         content, calls = parse_tool_calls(text) if tools else (text.strip(), ())
@@ -124,51 +290,50 @@ class PolicyBackend:
         inner = text.split(_THINK_OPEN, 1)[1].split(_THINK_CLOSE, 1)[0]
         return len(self._ids(inner))
 
-    @torch.no_grad()
-    def _sample(self, max_new_tokens: int) -> tuple[list[int], list[float]]:
-        device = next(self.model.parameters()).device
-        input_ids = torch.tensor([self.prompt_ids + self.completion_ids], device=device)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                                      max_new_tokens=max_new_tokens, do_sample=True, temperature=self.temperature,
-                                      top_k=0, top_p=1.0, eos_token_id=self._end_id,
-                                      pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
-                                      return_dict_in_generate=True)
-        finally:
-            self.model.train(was_training)
-        generated = out.sequences[0, input_ids.shape[1]:].tolist()
-        logprobs = [torch.log_softmax(score[0].float(), dim=-1)[token].item()
-                    for score, token in zip(out.scores, generated, strict=False)]
-        return generated, logprobs
-
 
 class HarnessRollout:
     """TRL `rollout_func(prompts, trainer)` over HSA-RL episodes (module docstring)."""
 
     def __init__(self, episodes: Mapping[str, Episode], tokenizer: Any, *, max_new_tokens: int, temperature: float,
-                 max_completion_length: int, deadline_s: float):
+                 max_completion_length: int, deadline_s: float, generation: str = "transformers",
+                 batched: bool = True):
         self.episodes, self.tokenizer = episodes, tokenizer
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.max_completion_length, self.deadline_s = max_completion_length, deadline_s
+        self.generation, self.batched = generation, batched
         self.rollouts = 0
+        self.model_calls = 0  # over all calls of this rollout_func
+        self.batches = 0  # generations that served them
+
+    def sampler_generation(self, trainer: Any) -> Generation:
+        """What generates for `trainer`'s rollouts: the policy in process, or TRL's vLLM engine."""
+        if self.generation == "transformers":
+            return TransformersGeneration(trainer.accelerator.unwrap_model(trainer.model), self.tokenizer,
+                                          temperature=self.temperature)
+        engine = trainer.vllm_generation
+        if engine.mode == "server" and trainer.accelerator.num_processes > 1:
+            # TRL's server client gathers every process's prompts in one collective call that assumes each
+            # process asks the same number of times; agent turns of different lengths would hang it.
+            raise RuntimeError("rl.generation: vllm-server drives the server from one training process; "
+                               "use vllm-colocate with several GPUs")
+        return VllmGeneration(engine, self.tokenizer)
 
     def __call__(self, prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, list[Any]]:
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        columns: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
-                                                         "segment_ids", "trace", "case", "segments")}
+        episodes = []
         for prompt in prompts:
             episode = self.episodes.get(prompt_key(prompt))
             if episode is None:
                 raise KeyError("a prompt that belongs to no HSA-RL episode reached the rollout")
             self.rollouts += 1
-            backend = PolicyBackend(model, self.tokenizer, max_new_tokens=self.max_new_tokens,
-                                    temperature=self.temperature, max_completion_length=self.max_completion_length)
-            sandbox = SandboxTools(dict(episode.case.room), fault_rates=dict(episode.fault_rates),
-                                   seed=f"{episode.seed}:{self.rollouts}")
-            result = asyncio.run(run_turn(episode.spec, episode.turn(), backend, sandbox.registry(),
-                                          arm="train:rl", now=TRAINING_NOW, deadline_s=self.deadline_s))
+            episodes.append((prompt, episode, f"{episode.seed}:{self.rollouts}"))
+        generation = self.sampler_generation(trainer)
+        if self.batched:
+            turns = asyncio.run(self._run_group(episodes, generation))
+        else:
+            turns = [turn for one in episodes for turn in asyncio.run(self._run_group([one], generation))]
+        columns: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
+                                                         "segment_ids", "trace", "case", "segments")}
+        for (prompt, episode, _), (backend, result) in zip(episodes, turns, strict=True):
             if backend.prompt_ids is None:  # an input hook answered without the model: nothing to train
                 backend.prompt_ids = backend._ids(render_chatml(prompt))
                 backend._append([backend._end_id], trained=False, segment=0)
@@ -181,3 +346,24 @@ class HarnessRollout:
             columns["case"].append(json.dumps(episode.case.to_dict(), ensure_ascii=False))
             columns["segments"].append(backend.segments)
         return columns
+
+    async def _run_group(self, episodes: list[tuple[Any, Episode, str]], generation: Generation
+                         ) -> list[tuple[PolicyBackend, Any]]:
+        sampler = GroupSampler(generation, turns=len(episodes))
+        turns = await asyncio.gather(*(self._run_turn(sampler, slot, episode, seed)
+                                       for slot, (_, episode, seed) in enumerate(episodes)))
+        self.model_calls += sampler.calls
+        self.batches += sampler.batches
+        return list(turns)
+
+    async def _run_turn(self, sampler: GroupSampler, slot: int, episode: Episode, seed: str
+                        ) -> tuple[PolicyBackend, Any]:
+        backend = PolicyBackend(sampler, self.tokenizer, max_new_tokens=self.max_new_tokens,
+                                max_completion_length=self.max_completion_length, slot=slot)
+        sandbox = SandboxTools(dict(episode.case.room), fault_rates=dict(episode.fault_rates), seed=seed)
+        try:
+            result = await run_turn(episode.spec, episode.turn(), backend, sandbox.registry(), arm="train:rl",
+                                    now=TRAINING_NOW, deadline_s=self.deadline_s)
+        finally:
+            sampler.finished()
+        return backend, result

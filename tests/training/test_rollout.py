@@ -11,23 +11,54 @@ from harness.runtime import run_turn
 from harness.simulator import SandboxTools
 from serving.backends.hermes import render_chatml
 from training.base_models import TINY, load_tokenizer
-from training.rollout import Episode, PolicyBackend
+from training.rollout import Episode, GroupSampler, PolicyBackend, TransformersGeneration
 from training.trajectories import TRAINING_NOW
 
 
 class ScriptedPolicy(torch.nn.Module):
-    """Stands in for the policy's sampler only: `generate` emits scripted text (the id bookkeeping is under test)."""
+    """Stands in for the policy's sampler only (the id bookkeeping is under test): `generate` takes a batch of
+    left-padded rows and answers each with scripted text, by its turn and call number.
 
-    def __init__(self, tokenizer, texts):
+    `scripts` maps a text found in a turn's first prompt (its viewer message) to the outputs of that turn's model
+    calls in order; a plain list scripts every turn alike. A row's turn is the first prompt it extends, and its
+    call number is how many assistant headers it has beyond that prompt's.
+    """
+
+    def __init__(self, tokenizer, scripts):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.tokenizer, self.texts, self.prompts = tokenizer, list(texts), []
+        self.tokenizer = tokenizer
+        self.scripts = scripts if isinstance(scripts, dict) else {"": list(scripts)}
+        self.roots, self.prompts, self.batches = [], [], []
 
-    def generate(self, input_ids, **_):
-        self.prompts.append(input_ids[0].tolist())
-        ids = self.tokenizer(self.texts.pop(0), add_special_tokens=False)["input_ids"]
-        scores = [torch.nn.functional.one_hot(torch.tensor([i]), len(self.tokenizer)).float() * 50 for i in ids]
-        return SimpleNamespace(sequences=torch.cat([input_ids, torch.tensor([ids])], dim=1), scores=scores)
+    def _script(self, prefix):
+        root = next((r for r in self.roots if prefix[:len(r)] == r), None)
+        if root is None:
+            self.roots.append(root := prefix)
+        first = self.tokenizer.decode(root)
+        script = next(texts for key, texts in self.scripts.items() if key in first)
+        call = self.tokenizer.decode(prefix).count("<|im_start|>assistant") - first.count("<|im_start|>assistant")
+        return self.tokenizer(script[call], add_special_tokens=False)["input_ids"]
+
+    def forward(self, input_ids, **_):  # the shared prefill of duplicate rows: a script has nothing to cache
+        return SimpleNamespace(cache=SimpleNamespace(batch_select_indices=lambda indices: None))
+
+    def generate(self, input_ids, attention_mask, **_):
+        outputs = []
+        for row, mask in zip(input_ids, attention_mask, strict=True):
+            prefix = row[mask.bool()].tolist()
+            self.prompts.append(prefix)
+            outputs.append(self._script(prefix))
+        self.batches.append(len(outputs))
+        width = max(len(ids) for ids in outputs)
+        new = torch.tensor([ids + [self.tokenizer.pad_token_id] * (width - len(ids)) for ids in outputs])
+        scores = [torch.nn.functional.one_hot(new[:, step], len(self.tokenizer)).float() * 50 for step in range(width)]
+        return SimpleNamespace(sequences=torch.cat([input_ids, new], dim=1), scores=scores)
+
+
+def policy_backend(model, tokenizer, **kwargs):
+    sampler = GroupSampler(TransformersGeneration(model, tokenizer, temperature=1.0))
+    return PolicyBackend(sampler, tokenizer, **kwargs)
 
 
 def test_turn_ids_mask_and_segments(mini_spec, mini_cases):
@@ -39,7 +70,7 @@ def test_turn_ids_mask_and_segments(mini_spec, mini_cases):
              '<tool_call>\n{"name": "load_skill", "arguments": {"name": "product-qa"}}\n</tool_call><|im_end|>',
              "Here it is!<|im_end|>"]
     model = ScriptedPolicy(tokenizer, calls)
-    backend = PolicyBackend(model, tokenizer, max_new_tokens=64, temperature=1.0, max_completion_length=4096)
+    backend = policy_backend(model, tokenizer, max_new_tokens=64, max_completion_length=4096)
     episode = Episode(case=case, spec=mini_spec, fault_rates={}, seed=1)
     sandbox = SandboxTools(dict(case.room), seed=1)
     result = asyncio.run(run_turn(mini_spec, episode.turn(), backend, sandbox.registry(), now=TRAINING_NOW))
@@ -78,7 +109,7 @@ def test_rollout_func_runs_episodes_with_injected_faults(mini_spec, mini_cases):
             f'</tool_call><|im_end|>')
     episode = Episode(case=case, spec=mini_spec, fault_rates={"permission": 1.0}, seed=3)
     skill = '<tool_call>\n{"name": "load_skill", "arguments": {"name": "product-qa"}}\n</tool_call><|im_end|>'
-    model = ScriptedPolicy(tokenizer, [call, skill, "Sorry, I can't check that right now.<|im_end|>"] * 2)
+    model = ScriptedPolicy(tokenizer, [call, skill, "Sorry, I can't check that right now.<|im_end|>"])
     trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
     rollout = HarnessRollout({prompt_key(episode.prompt()): episode}, tokenizer, max_new_tokens=64, temperature=1.0,
                              max_completion_length=2048, deadline_s=60)
@@ -89,7 +120,7 @@ def test_rollout_func_runs_episodes_with_injected_faults(mini_spec, mini_cases):
         assert errors and errors[0].startswith("permission denied")  # the injected fault reached the model
         assert len(ids) == len(mask) and 0 in mask and 1 in mask
         assert trace["outcome"] == "replied"
-    assert not model.texts  # each rollout ran its own whole turn
+    assert len(model.prompts) == 6 and model.batches == [2, 2, 2]  # each rollout ran its own whole turn, together
     assert json.loads(out["case"][0])["case_id"] == case.case_id
     try:
         rollout([[{"role": "user", "content": "not an episode"}]], trainer)
