@@ -4,7 +4,8 @@
   `cases_jsonl` → teacher trajectories under every harness and its HSA variants (`trajectories.py`)
   → `sft.jsonl` (TRL conversational rows with tools) + `sft-report.json`.
 - opd: general-instruction prompts (`opd.prompts`, a JSONL file; default the generated pool of
-  `training/prompt_pool.py`) → `opd.jsonl` rows `{"prompt": [user message]}`.
+  `training/prompt_pool.py`) less the job's held-out validation prompts (`holdout.py`) → `opd.jsonl` rows
+  `{"prompt": [user message]}`.
 - rl: simulator cases seeded apart from the SFT ones (`"<seed>/rl"`), each assigned the original
   harness or an HSA variant (`rl.augmented_share`, a stable per-case draw) → `rl.jsonl` episodes
   (the case in that harness's names, the harness index and the HSA seed).
@@ -23,7 +24,7 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,14 +67,18 @@ def _load_meta(data_path: Path, meta_path: Path) -> Prepared | None:
 
 
 def prepare(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec], data_dir: Path,
-            reporter: Reporter) -> Prepared:
+            reporter: Reporter, *, held_out_prompts: Collection[str] = ()) -> Prepared:
+    """The stage's data (module docstring); `held_out_prompts`: content hashes of prompts OPD must leave out."""
     data_dir.mkdir(parents=True, exist_ok=True)
     data_path, meta_path = data_dir / f"{stage.kind}.jsonl", data_dir / f"{stage.kind}-meta.json"
     existing = _load_meta(data_path, meta_path)
     if existing is not None:
         reporter.line(f"{stage.kind}: reusing prepared data ({existing.path.name})")
         return existing
-    prepared = {"sft": _sft, "opd": _opd, "rl": _rl}[stage.kind](stage, config, specs, data_path, reporter)
+    if stage.kind == "opd":
+        prepared = _opd(stage, config, specs, data_path, reporter, held_out=frozenset(held_out_prompts))
+    else:
+        prepared = {"sft": _sft, "rl": _rl}[stage.kind](stage, config, specs, data_path, reporter)
     _save_meta(meta_path, prepared)
     return prepared
 
@@ -113,17 +118,22 @@ def _sft(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec],
 
 
 def _opd(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec], path: Path,
-         reporter: Reporter) -> Prepared:
+         reporter: Reporter, *, held_out: frozenset[str] = frozenset()) -> Prepared:
     opd = stage.config
-    prompts = opd.prompt_texts()  # type: ignore[attr-defined]  # the opd.prompts file, or the generated pool
+    # The opd.prompts file or the generated pool, less the validation prompts, then cut to max_prompts.
+    offered = prompt_pool.load_prompts(opd.prompts)  # type: ignore[attr-defined]
+    kept = [text for text in offered if case_content_hash({"prompt": text}) not in held_out]
+    prompts = kept[:opd.max_prompts] if opd.max_prompts else kept  # type: ignore[attr-defined]
     hashes = {f"prompt-{i:05d}": case_content_hash({"prompt": text}) for i, text in enumerate(prompts)}
     check_disjoint(hashes, config.data.exclude)
     write_jsonl(path, ({"prompt": [{"role": "user", "content": text}]} for text in prompts))
     source = opd.prompts or "the generated pool (training/prompt_pool.py, seed 0)"  # type: ignore[attr-defined]
-    reporter.line(f"opd: {len(prompts)} general-instruction prompts from {source}")
+    held = len(offered) - len(kept)
+    reporter.line(f"opd: {len(prompts)} general-instruction prompts from {source}"
+                  + (f", {held} held out for validation" if held else ""))
     return Prepared(path=path, case_hashes=hashes,
                     sources=[prompt_pool.source_record(opd.prompts, prompts)],  # type: ignore[attr-defined]
-                    report={"prompts": len(prompts)})
+                    report={"prompts": len(prompts), "held_out_for_validation": held})
 
 
 def _rl(stage: StageSpec, config: PipelineConfig, specs: Sequence[HarnessSpec], path: Path,

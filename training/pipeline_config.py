@@ -11,7 +11,8 @@ that does not answer is `trajectories.teacher_config.base_url`. JSON shape (ever
       "model": {"base": "smollm2-135m-instruct", "finetune": "full", "device": "cpu"},
       "harnesses": [{"label": "avatar@v3", "files": {"harness.yaml": "…", …}}],   # or {"label", "dir"}
       "data": {"simulator_seed": 1, "simulator_cases": 24, "cases_jsonl": [],
-               "exclude": {"lsqa@v2": ["<case content hash>", …]}},
+               "exclude": {"lsqa@v2": ["<case content hash>", …]},
+               "validation": {"cases": 8, "prompts": 4, "seed": 0}},                # training/holdout.py
       "trajectories": {"teacher": "oracle", "augmented_variants": 1, …},        # trajectories.TrajectoryConfig
       "stages": [{"kind": "sft", "config": {…}}, {"kind": "opd", "config": {…}}, {"kind": "rl", "config": {…}}],
       "seed": 0
@@ -83,6 +84,28 @@ class HarnessInput:
 
 
 @dataclass(frozen=True)
+class ValidationConfig:
+    cases: int = knob(0, "Simulator cases held out to choose each stage's checkpoint and learning rate, drawn apart "
+                         "from the training cases and the excluded eval sets (training/holdout.py). 0: none.")
+    prompts: int = knob(0, "IFEval-style prompts held out from the generated pool (OPD distils on the rest), graded "
+                           "by IFEval's official checkers. 0: none.")
+    seed: int = knob(0, "Seed of the validation draw.")
+    max_new_tokens: int = knob(48, "Greedy tokens per model call when a checkpoint answers a validation case or "
+                                   "prompt (a CPU-time bound).")
+    turn_deadline_s: float = knob(120.0, "Deadline of one validation turn.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.cases > 0 or self.prompts > 0
+
+    def check(self) -> None:
+        require(0 <= self.cases <= 10_000, "cases", "must be within 0..10000")
+        require(0 <= self.prompts <= 1_000, "prompts", "must be within 0..1000")
+        require(1 <= self.max_new_tokens <= 4096, "max_new_tokens", "must be within 1..4096")
+        require(self.turn_deadline_s > 0, "turn_deadline_s", "must be positive")
+
+
+@dataclass(frozen=True)
 class DataConfig:
     simulator_seed: int = knob(0, "Seed of the simulator cases the teacher answers.")
     simulator_cases: int = knob(24, "Simulator cases for HSA-SFT (0: only imported cases).")
@@ -91,6 +114,9 @@ class DataConfig:
     exclude: dict[str, list[str]] = knob({}, "Eval-set label → content hashes of its cases "
                                              "(training.case_hashing.case_content_hash): the job refuses data that "
                                              "contains any of them.")
+    validation: ValidationConfig = knob(ValidationConfig(), "The validation split that chooses checkpoints and "
+                                                            "learning rates; the eval sets above are never read "
+                                                            "for it.")
 
     def check(self) -> None:
         require(0 <= self.simulator_cases <= 1_000_000, "simulator_cases", "must be within 0..1000000")
@@ -160,6 +186,10 @@ class PipelineConfig:
             if kind not in STAGE_CONFIGS:
                 raise ConfigError(f"{where}.kind", f"must be one of {', '.join(STAGE_CONFIGS)}")
             stages.append(StageSpec(kind, build(STAGE_CONFIGS[kind], stage.get("config"), f"{where}.config")))
+        for index, stage in enumerate(stages):
+            if stage.config.learning_rate_candidates and not data_config.validation.enabled:
+                raise ConfigError(f"stages[{index}].config.learning_rate_candidates",
+                                  "needs a validation split to score them (data.validation.cases or prompts)")
         if data_config.simulator_cases == 0 and not data_config.cases_jsonl and any(s.kind == "sft" for s in stages):
             raise ConfigError("data.simulator_cases", "the sft stage needs cases: simulator cases or cases_jsonl")
         seed = data.get("seed", 0)

@@ -7,7 +7,9 @@ rollout (`rl.py`) runs a whole agent turn through the runtime and adds three col
 - `case`: the case as `Case.to_dict()`, its ground truth in the names of the harness the turn ran
   under (an HSA variant's names when it was augmented);
 - `segments`: one entry per model call, `{"kind": "tool" | "reply", "tokens": n, "reasoning_tokens": n}`
-  (a call that produced tool calls is a tool-call segment, the others are reply segments).
+  (a call that produced tool calls is a tool-call segment, the others are reply segments);
+- `segment_ids`: each completion token's segment (`SEGMENT_CODES`: 1 tool call, 2 reply, 0 what the
+  runtime appended), beside TRL's `completion_ids`.
 
 `None` means "does not apply to this completion" (TRL turns it into NaN and leaves that function
 out for that row), never "bad".
@@ -17,12 +19,21 @@ Skill Selection; and a chain-of-thought length penalty per segment: 0 up to `LEN
 reasoning tokens, falling linearly to `LENGTH_PENALTY` (-0.1) at `LENGTH_FULL` (200) and beyond,
 averaged over the segment's model calls. `SEGMENT_OF` says which advantage group each reward feeds
 (`rl.py`: tool-call tokens and reply tokens get separate advantages).
+
+Reasoning tokens are counted as the model's chat template marks them (`ReasoningTokens`, from the base
+model's template: `<think>…</think>` for Qwen3, whose reasoning vLLM's `qwen3` parser splits off when it
+serves it), in the token ids each model call generated. A base whose template marks no reasoning
+(SmolLM2's, and the training template `chat_template.py`) emits none: the penalties are then off
+(`REASONING_OFF`, None for every completion) and the RL stage says so in its record and log.
+`stage_rewards(names, reasoning=…)` binds the stage's count to the two penalties.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from evaluation.judges.reference import judge_reference, match_calls, parse_arguments, tool_steps
@@ -30,6 +41,7 @@ from harness.simulator.cases import Case
 
 LENGTH_FREE, LENGTH_FULL, LENGTH_PENALTY = 100, 200, -0.1
 LOAD_SKILL = "load_skill"
+SEGMENT_CODES = {"tool": 1, "reply": 2}  # a completion token's segment id (0: tokens the runtime appended)
 
 RewardFunction = Callable[..., list[float | None]]
 _REWARDS: dict[str, RewardFunction] = {}
@@ -167,18 +179,131 @@ def _segment_penalty(segments: Sequence[Mapping[str, Any]], kind: str) -> float 
     return sum(length_penalty(int(s.get("reasoning_tokens", 0))) for s in chosen) / len(chosen)
 
 
+# Reasoning blocks as chat templates mark them (open, close). `<think>` is what the production model's template
+# writes (Qwen3: vLLM's `qwen3` reasoning parser splits on it, serving/vllm/profile.py) and what the runtime
+# strips from replies (harness.runtime.messages.strip_reasoning); the others are other model families' pairs.
+REASONING_MARKERS = (("<think>", "</think>"), ("<seed:think>", "</seed:think>"), ("[THINK]", "[/THINK]"))
+REASONING_OFF = "off: the model emits no reasoning"
+REASONING_REWARDS = ("tool_reasoning_length", "reply_reasoning_length")
+
+
+def reasoning_markers(chat_template: str | Mapping[str, str] | None) -> tuple[str, str] | None:
+    """The (open, close) reasoning markers a chat template writes (the first pair of `REASONING_MARKERS` it holds
+    both of), or None when it marks no reasoning. A tokenizer's named templates are read together."""
+    text = "\n".join(chat_template.values()) if isinstance(chat_template, Mapping) else (chat_template or "")
+    for open_marker, close_marker in REASONING_MARKERS:
+        if open_marker in text and close_marker in text:
+            return open_marker, close_marker
+    return None
+
+
+def _find(ids: Sequence[int], marker: Sequence[int], start: int) -> int:
+    """Index of the first occurrence of `marker` in `ids` at or after `start`, or -1."""
+    width = len(marker)
+    for index in range(start, len(ids) - width + 1):
+        if list(ids[index:index + width]) == list(marker):
+            return index
+    return -1
+
+
+@dataclass(frozen=True)
+class ReasoningTokens:
+    """A model's reasoning markers as token ids (module docstring); without markers, reasoning is off."""
+
+    open: str = ""
+    close: str = ""
+    open_ids: tuple[int, ...] = ()
+    close_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_template(cls, chat_template: str | Mapping[str, str] | None,
+                      encode: Callable[[str], Sequence[int]]) -> ReasoningTokens:
+        """The markers `chat_template` writes, tokenized by `encode` (the policy's tokenizer); off without any."""
+        markers = reasoning_markers(chat_template)
+        if markers is None:
+            return cls()
+        return cls(markers[0], markers[1], tuple(encode(markers[0])), tuple(encode(markers[1])))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.open_ids and self.close_ids)
+
+    def describe(self) -> str:
+        return f"on: the tokens between {self.open} and {self.close}" if self.enabled else REASONING_OFF
+
+    def count(self, ids: Sequence[int]) -> int:
+        """Reasoning tokens among one model call's generated ids: those inside open…close (markers not counted).
+        A close with no open before it counts from the call's start (a template that opens the block in the
+        generation prompt, as Qwen3's thinking mode does); an open never closed counts to the call's end."""
+        if not self.enabled:
+            return 0
+        total, position = 0, 0
+        first_open, first_close = _find(ids, self.open_ids, 0), _find(ids, self.close_ids, 0)
+        if first_close != -1 and (first_open == -1 or first_close < first_open):
+            total, position = first_close, first_close + len(self.close_ids)
+        while (start := _find(ids, self.open_ids, position)) != -1:
+            body = start + len(self.open_ids)
+            end = _find(ids, self.close_ids, body)
+            if end == -1:
+                return total + len(ids) - body
+            total, position = total + end - body, end + len(self.close_ids)
+        return total
+
+
+def model_calls(completion_ids: Sequence[int], segment_ids: Sequence[int], reasoning: ReasoningTokens
+                ) -> list[dict[str, Any]]:
+    """One entry per model call of a turn (a run of tokens of one segment; the runtime's tokens separate calls):
+    `{"kind", "tokens", "reasoning_tokens"}`, its reasoning counted in its own generated ids."""
+    kinds = {code: kind for kind, code in SEGMENT_CODES.items()}
+    calls: list[dict[str, Any]] = []
+    run: list[int] = []
+    code_of_run = 0
+    # A sentinel closes the last run; TRL may hand over completion ids cut shorter than their segment ids.
+    for token, code in [*zip(completion_ids, segment_ids, strict=False), (None, 0)]:
+        if code != code_of_run and run:
+            calls.append({"kind": kinds[code_of_run], "tokens": len(run), "reasoning_tokens": reasoning.count(run)})
+            run = []
+        code_of_run = code
+        if code in kinds:
+            run.append(token)
+    return calls
+
+
+def _reasoning_penalties(kind: str, segments: Sequence[Sequence[Mapping[str, Any]]], completion_ids: Any,
+                         segment_ids: Any, reasoning: ReasoningTokens | None) -> list[float | None]:
+    if reasoning is None:  # the counts the segments carry (a caller that counted them itself)
+        return [_segment_penalty(s, kind) for s in segments]
+    if not reasoning.enabled:
+        return [None] * len(segments)  # off: the model emits no reasoning
+    if segment_ids is None or completion_ids is None:
+        raise ValueError("the reasoning-length rewards need the rollout's completion_ids and segment_ids")
+    return [_segment_penalty(model_calls(ids, codes, reasoning), kind)
+            for ids, codes in zip(completion_ids, segment_ids, strict=True)]
+
+
 @register_reward("tool_reasoning_length", "tool")
 def tool_reasoning_length(prompts: list, completions: list, completion_ids: list | None = None, *,
-                          segments: Sequence[Sequence[Mapping[str, Any]]], **_: Any) -> list[float | None]:
-    """Length penalty over the tool-call segments' reasoning; None when the turn called no tool."""
-    return [_segment_penalty(s, "tool") for s in segments]
+                          segments: Sequence[Sequence[Mapping[str, Any]]], segment_ids: list | None = None,
+                          reasoning: ReasoningTokens | None = None, **_: Any) -> list[float | None]:
+    """Length penalty over the tool-call segments' reasoning; None when the turn called no tool, or when
+    `reasoning` is off."""
+    return _reasoning_penalties("tool", segments, completion_ids, segment_ids, reasoning)
 
 
 @register_reward("reply_reasoning_length", "reply")
 def reply_reasoning_length(prompts: list, completions: list, completion_ids: list | None = None, *,
-                           segments: Sequence[Sequence[Mapping[str, Any]]], **_: Any) -> list[float | None]:
-    """Length penalty over the reply segments' reasoning; None when no reply was generated."""
-    return [_segment_penalty(s, "reply") for s in segments]
+                           segments: Sequence[Sequence[Mapping[str, Any]]], segment_ids: list | None = None,
+                           reasoning: ReasoningTokens | None = None, **_: Any) -> list[float | None]:
+    """Length penalty over the reply segments' reasoning; None when no reply was generated, or when `reasoning`
+    is off."""
+    return _reasoning_penalties("reply", segments, completion_ids, segment_ids, reasoning)
+
+
+def stage_rewards(names: Sequence[str], *, reasoning: ReasoningTokens) -> list[RewardFunction]:
+    """An RL stage's reward functions by name, the reasoning-length ones counting with `reasoning` (TRL names a
+    `functools.partial` by the function it wraps)."""
+    return [functools.partial(reward_function(name), reasoning=reasoning) if name in REASONING_REWARDS
+            else reward_function(name) for name in names]
 
 
 DEFAULT_REWARDS = ("accuracy", "effectiveness", "tool_rationality", "skill_selection", "tool_reasoning_length",

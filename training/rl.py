@@ -43,12 +43,10 @@ from harness.augmentation import HsaConfig, augment
 from harness.simulator.cases import Case
 from training.base_models import load_model, load_tokenizer, lora_config, save_stage_model
 from training.datasets import read_jsonl
-from training.rewards import SEGMENT_OF, reward_function
+from training.rewards import SEGMENT_CODES, SEGMENT_OF, ReasoningTokens, stage_rewards
 from training.rl_config import FAULT_KINDS, RlConfig
 from training.rollout import Episode, HarnessRollout, prompt_key
 from training.stage_runtime import StageContext, StageFailed, summary_metrics, train_with_resume
-
-SEGMENT_CODES = {"tool": 1, "reply": 2}
 
 
 def _nanstd(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
@@ -249,6 +247,15 @@ def build_episodes(context: StageContext, config: RlConfig) -> dict[str, Episode
     return episodes
 
 
+def reasoning_markup(context: StageContext, tokenizer) -> ReasoningTokens:
+    """How the policy marks reasoning: the markers of the base model's own chat template, as the policy's token
+    ids (`rewards.ReasoningTokens`); off for a base whose template marks none (SmolLM2)."""
+    from transformers import AutoTokenizer
+
+    template = AutoTokenizer.from_pretrained(context.base_model_dir()).chat_template
+    return ReasoningTokens.from_template(template, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def run_rl(config: RlConfig, context: StageContext) -> dict[str, float]:
     input_dir = context.input_model_dir()
     tokenizer = load_tokenizer(input_dir)
@@ -260,21 +267,23 @@ def run_rl(config: RlConfig, context: StageContext) -> dict[str, float]:
                       temperature=config.temperature, beta=config.beta, epsilon=config.epsilon, loss_type="grpo",
                       num_iterations=config.num_iterations, steps_per_generation=config.steps_per_generation,
                       importance_sampling_level="sequence", multi_objective_aggregation="normalize_then_sum",
-                      scale_rewards="group", reward_weights=list(config.reward_weights) or None, use_vllm=False,
-                      log_completions=False)
+                      scale_rewards="group", reward_weights=list(config.reward_weights) or None,
+                      log_completions=False, **config.generation_arguments())
     rollout = HarnessRollout(episodes, tokenizer, max_new_tokens=config.max_new_tokens,
                              temperature=config.temperature, max_completion_length=config.max_completion_length,
-                             deadline_s=config.turn_deadline_s)
+                             deadline_s=config.turn_deadline_s, generation=config.generation)
+    reasoning = reasoning_markup(context, tokenizer)
+    context.notes["reasoning_penalty"] = reasoning.describe()
     reporter_callback, cancel_callback = context.callbacks()
     trainer = HarnessGRPOTrainer(
         model=load_model(input_dir, use_cpu=context.use_cpu),
-        reward_funcs=[reward_function(name) for name in config.rewards], args=args, train_dataset=dataset,
+        reward_funcs=stage_rewards(config.rewards, reasoning=reasoning), args=args, train_dataset=dataset,
         processing_class=tokenizer, rollout_func=rollout,
         peft_config=lora_config(context.model) if context.model.finetune == "lora" else None,
         callbacks=[reporter_callback, cancel_callback], reward_segments=[SEGMENT_OF[n] for n in config.rewards],
         segment_advantages=config.segment_advantages, drop_zero_spread=config.drop_zero_spread_groups)
     context.reporter.line(f"rl: {len(episodes)} episodes × {config.num_generations} rollouts, "
-                          f"rewards {', '.join(config.rewards)}")
+                          f"rewards {', '.join(config.rewards)}; reasoning-length penalty {reasoning.describe()}")
     train_with_resume(trainer, context, cancel_callback)
     save_stage_model(trainer, tokenizer, context)
     return {**summary_metrics(reporter_callback.history), "episodes": float(len(episodes)),

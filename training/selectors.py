@@ -52,7 +52,37 @@ def checkpoint_summary(checkpoint: Checkpoint) -> dict:
     return {"id": checkpoint.pk, "stage": checkpoint.stage, "backend": checkpoint.backend_name,
             "path": checkpoint.path, "parent": checkpoint.parent_id, "metrics": checkpoint.metrics,
             "promoted": checkpoint.promoted,
-            "data_report": trajectory_figures((checkpoint.data_lineage or {}).get("report"))}
+            "data_report": trajectory_figures((checkpoint.data_lineage or {}).get("report")),
+            "selection": selection_summary(checkpoint.resolved_config)}
+
+
+def _score(value) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) and not isinstance(value, bool) else "—"
+
+
+def selection_summary(resolved_config) -> str:
+    """How a stage's model was chosen, in words, from its record (`training.selection`): the checkpoint step and
+    its validation score beside the others', the learning rate among the candidates tried, and the reasoning-length
+    penalty's state. Empty for records from before validation existed."""
+    if not isinstance(resolved_config, dict) or not isinstance(resolved_config.get("selection"), dict):
+        return ""
+    selection, parts = resolved_config["selection"], []
+    checkpoint = selection.get("checkpoint") if isinstance(selection.get("checkpoint"), dict) else {}
+    scores = checkpoint.get("scores") if isinstance(checkpoint.get("scores"), dict) else {}
+    if scores:
+        others = ", ".join(f"step {s}: {_score(v)}" for s, v in scores.items() if str(s) != str(checkpoint.get("step")))
+        parts.append(f"step {checkpoint.get('step')} by validation score {_score(checkpoint.get('score'))}"
+                     + (f" (other checkpoints: {others})" if others else ""))
+    elif checkpoint.get("rule"):
+        parts.append(str(checkpoint["rule"]))
+    rate = selection.get("learning_rate")
+    if isinstance(rate, dict) and isinstance(rate.get("chosen"), int | float):
+        tried = ", ".join(f"{c.get('learning_rate')}: {_score((c.get('score') or {}).get('score'))}"
+                          for c in rate.get("candidates") or () if isinstance(c, dict))
+        parts.append(f"learning rate {rate['chosen']:g} by validation score (tried {tried})")
+    if resolved_config.get("reasoning_penalty"):
+        parts.append(f"reasoning-length penalty {resolved_config['reasoning_penalty']}")
+    return "; ".join(parts)
 
 
 MISTAKE_LABELS = {"skipped_skill": "replied before loading a skill", "wrong_skill": "loaded the wrong skill",

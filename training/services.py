@@ -103,15 +103,20 @@ def config_validate(data: dict):
 
 
 def lineage_check(config) -> None:
-    """Refuse, before anything is queued, data that contains a case of an eval set the job excludes."""
+    """Refuse, before anything is queued, data that contains a case of an eval set the job excludes, and a
+    validation split (`data.validation`) that cannot be drawn apart from the training data and the eval sets."""
+    from training.holdout import draw_validation
     from training.lineage import LineageError, check_disjoint, planned_case_hashes
+    from training.validation import ConfigError
 
-    if not config.data.exclude:
-        return
     try:
-        check_disjoint(planned_case_hashes(config), config.data.exclude)
+        if config.data.exclude:
+            check_disjoint(planned_case_hashes(config), config.data.exclude)
+        draw_validation(config)
     except LineageError as exc:
         raise TrainingError(f"excluded_sets: {exc}", field="excluded_sets") from None
+    except ConfigError as exc:
+        raise TrainingError(f"Invalid training config: {exc}", field=exc.field) from None
 
 
 def job_create(*, actor: Actor, workspace: Workspace, name: str, config: dict, harness_versions: list[HarnessVersion],

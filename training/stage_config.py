@@ -24,8 +24,14 @@ class StageConfig:
     max_grad_norm: float = knob(1.0, "Gradient clipping norm.")
     weight_decay: float = knob(0.0, "AdamW weight decay.")
     logging_steps: int = knob(1, "Report metrics every N steps (the live page's resolution).")
-    save_steps: int = knob(10, "Checkpoint every N steps (resume and cancel keep the last one).")
+    save_steps: int = knob(10, "Checkpoint every N steps (resume and cancel keep the last one; with a validation "
+                               "split each is scored and the best becomes the stage's model).")
     save_total_limit: int = knob(2, "Checkpoints kept per stage.")
+    learning_rate_candidates: tuple[float, ...] = knob((), "Learning rates to try first: each trains the stage for "
+                                                           "learning_rate_trial_steps and is scored on the job's "
+                                                           "validation split; the best replaces learning_rate. Empty: "
+                                                           "learning_rate as given.")
+    learning_rate_trial_steps: int = knob(5, "Optimizer steps of each learning-rate trial.")
 
     def check(self) -> None:
         require(1 <= self.max_steps <= 1_000_000, "max_steps", "must be within 1..1000000")
@@ -41,6 +47,12 @@ class StageConfig:
         require(1 <= self.logging_steps <= self.max_steps, "logging_steps", "must be within 1..max_steps")
         require(1 <= self.save_steps, "save_steps", "must be >= 1")
         require(1 <= self.save_total_limit <= 100, "save_total_limit", "must be within 1..100")
+        require(len(self.learning_rate_candidates) <= 8, "learning_rate_candidates", "at most 8")
+        require(all(0 < rate < 1 for rate in self.learning_rate_candidates), "learning_rate_candidates",
+                "each must be within (0, 1)")
+        require(self.learning_rate_trial_steps >= 1, "learning_rate_trial_steps", "must be >= 1")
+        require(not self.learning_rate_candidates or self.learning_rate_trial_steps <= self.max_steps,
+                "learning_rate_trial_steps", "must be within 1..max_steps")
 
     def trainer_arguments(self, *, output_dir: str, use_cpu: bool, seed: int, bf16: bool | None = None
                           ) -> dict[str, Any]:

@@ -178,10 +178,12 @@ def _number(value: Any) -> float | None:
 
 
 class ReporterCallback(TrainerCallback):
-    """Forwards TRL's logs to the Reporter with throughput and ETA; fails the stage on a NaN loss."""
+    """Forwards TRL's logs to the Reporter with throughput and ETA; fails the stage on a NaN loss; hands each saved
+    checkpoint to `on_checkpoint` (the stage's validation, `selection.CheckpointSelection`) when there is one."""
 
-    def __init__(self, stage: str, reporter: Reporter):
-        self.stage, self.reporter = stage, reporter
+    def __init__(self, stage: str, reporter: Reporter,
+                 on_checkpoint: Callable[[int, Path], None] | None = None):
+        self.stage, self.reporter, self.on_checkpoint = stage, reporter, on_checkpoint
         self.started = time.perf_counter()
         self.first_step = 0
         self.last_tokens: float | None = None
@@ -216,6 +218,8 @@ class ReporterCallback(TrainerCallback):
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any):
         self.reporter.line(f"{self.stage}: checkpoint at step {state.global_step}")
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(state.global_step, Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
 
 class CancelCallback(TrainerCallback):
@@ -266,6 +270,8 @@ class StageContext:
     specs: list[Any] = field(default_factory=list)  # the job's HarnessSpecs (RL rebuilds its episodes from them)
     bf16: bool = False        # mixed precision (model.precision, resolved for the device)
     processes: Processes = field(default_factory=Processes)  # this process among the job's (one unless launched)
+    selection: Any = None     # selection.CheckpointSelection when the job has a validation split
+    notes: dict[str, Any] = field(default_factory=dict)  # what the stage decided as it ran, kept in its record
 
     def trainer_arguments(self, config: Any) -> dict[str, Any]:
         """The stage config's trainer arguments for this device and precision."""
@@ -304,7 +310,9 @@ class StageContext:
                                                                         seed=self.seed))
 
     def callbacks(self) -> tuple[ReporterCallback, CancelCallback]:
-        return ReporterCallback(self.stage, self.reporter), CancelCallback(self.should_stop, self.processes)
+        on_checkpoint = self.selection.checkpoint_saved if self.selection is not None else None
+        return (ReporterCallback(self.stage, self.reporter, on_checkpoint),
+                CancelCallback(self.should_stop, self.processes))
 
 
 def train_with_resume(trainer: Any, context: StageContext, cancel: CancelCallback) -> None:

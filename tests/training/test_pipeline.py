@@ -62,6 +62,12 @@ def test_chained_stages_train_and_report(tmp_path, monkeypatch):
     for result in results:
         assert (tmp_path / result.path).exists() and (tmp_path / result.path / "config.json").is_file()
         assert result.data_lineage["checked_disjoint"] and result.resolved_config["stage"]["kind"] == result.stage
+        # no validation split: the last checkpoint stays the stage's model, and the record says so
+        assert result.resolved_config["selection"]["checkpoint"] == {"rule": "no validation: last checkpoint",
+                                                                     "step": 2}
+    # SmolLM2's template marks no reasoning: the RL stage's chain-of-thought penalty is off, and says so
+    assert results[2].resolved_config["reasoning_penalty"] == "off: the model emits no reasoning"
+    assert any("reasoning-length penalty off: the model emits no reasoning" in line for line in reporter.lines)
     # the original harness and the HSA variants (one per case) the kept trajectories ran under
     assert results[0].harness_hashes[0] != results[0].harness_hashes[1]
     assert PipelineConfig.from_dict(config(SFT).to_dict()).harnesses[0].spec().content_hash in results[0].harness_hashes
