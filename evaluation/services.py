@@ -355,7 +355,13 @@ def _execute(run_id: int) -> str:
     tally = run_tally(run_id)  # read once; each case saved below is added to it
     worker = threading.Thread(target=evaluate_all, name=f"eval-run-{run_id}", daemon=True)
     worker.start()
-    failure = _saved_as_they_finish(run, worker, outcomes, tally, cancel)
+    try:
+        failure = _saved_as_they_finish(run, worker, outcomes, tally, cancel)
+    except BaseException:
+        # A write failed (the database went away): the turns still to start stop here; the cases not stored are
+        # evaluated again by the task's retry, which resumes from the stored rows.
+        cancel.set()
+        raise
     if failure is not None:
         log.error("eval run %s failed: %s", run_id, failure)
         EvalRun.objects.filter(pk=run_id).update(status=EvalRun.Status.FAILED, error=str(failure)[:2000],

@@ -113,6 +113,7 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
     from training.stage_runtime import Processes, SilentReporter, StageContext
 
     artifacts_dir = Path(artifacts_dir)
+    check_host_runs(config)
     use_cpu = resolve_device(config.model.device) == "cpu"
     processes = Processes.join(use_cpu=use_cpu)
     if not processes.main:
@@ -186,6 +187,15 @@ def run_pipeline(config: PipelineConfig, *, artifacts_dir: Path, reporter: Repor
         results.append(result)
         parent = result.path
     return results
+
+
+def check_host_runs(config: PipelineConfig) -> None:
+    """Refuse, before anything is claimed, prepared or trained, a stage this host cannot run (`ConfigError`
+    naming the stage's field): today a vLLM generation mode where vLLM is not installed. The config itself is
+    valid anywhere (the console's host validates it without vLLM); only the host that trains checks this."""
+    for index, stage in enumerate(config.stages):
+        if stage.kind == "rl":
+            stage.config.generation_arguments(where=f"stages[{index}].config")
 
 
 def _stage_runner(kind: str) -> Callable[..., dict[str, float]]:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from celery import current_app
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 
 def enqueue(task_name: str, *, args: list, queue: str) -> None:
@@ -63,8 +63,13 @@ def single_flight(name: str, object_id: int) -> Iterator[bool]:
         yield held
     finally:
         if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", keys)
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", keys)
+            except DatabaseError:
+                # The session is gone (PostgreSQL restarted) and its lock with it; closing makes sure a
+                # half-broken session does not keep holding it.
+                connection.close()
 
 
 def job_is_running(name: str, object_id: int) -> bool:

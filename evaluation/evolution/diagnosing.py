@@ -28,6 +28,10 @@ from workspaces.jobs import enqueue
 from workspaces.services import audit_record
 
 log = logging.getLogger(__name__)
+DIAGNOSE = "evolution.diagnose"  # the job's task name
+# A diagnosis whose worker stopped (killed, out of memory) is run again from the start (it stores its result
+# in one transaction, so an interrupted attempt left nothing); one that stopped its worker this often fails.
+MAX_ATTEMPTS = 3
 MODEL_PROPOSALS_PER_DIAGNOSIS = 3  # the model proposer reads the top actionable clusters only
 MAX_LIVE_WINDOW = timedelta(days=31)
 
@@ -45,7 +49,7 @@ def diagnosis_request(*, actor: Actor, run: EvalRun) -> Diagnosis:
             created_by=actor.label, config={"proposer": settings.EVOLUTION_PROPOSER or None})
         audit_record(actor=actor, workspace=run.workspace, action="evolution.diagnose", target_type="diagnosis",
                      target_id=diagnosis.pk, target_label=str(diagnosis), after={"run": run.pk})
-        transaction.on_commit(lambda: enqueue("evolution.diagnose", args=[diagnosis.pk], queue="cpu"))
+        transaction.on_commit(lambda: enqueue(DIAGNOSE, args=[diagnosis.pk], queue="cpu"))
     return diagnosis
 
 
@@ -90,7 +94,7 @@ def diagnosis_request_live(*, actor: Actor, harness: Harness, version: HarnessVe
         audit_record(actor=actor, workspace=harness.workspace, action="evolution.diagnose", target_type="diagnosis",
                      target_id=diagnosis.pk, target_label=str(diagnosis),
                      after={"live": [start.isoformat(), end.isoformat()], "traces": total, "judged": scored})
-        transaction.on_commit(lambda: enqueue("evolution.diagnose", args=[diagnosis.pk], queue="cpu"))
+        transaction.on_commit(lambda: enqueue(DIAGNOSE, args=[diagnosis.pk], queue="cpu"))
     return diagnosis
 
 
@@ -121,7 +125,18 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
     diagnosis = Diagnosis.objects.select_related("version__harness", "run", "harness").get(pk=diagnosis_id)
     if diagnosis.status == Diagnosis.Status.DONE:
         return diagnosis.status
-    Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.RUNNING)
+    # Until the diagnosis is done its summary holds only the attempts: a worker starting one that is already
+    # running (the caller holds its single-flight lock, so no other process does) resumes a stopped worker's.
+    attempts = int(diagnosis.summary.get("attempts", 0)) + 1
+    if attempts > MAX_ATTEMPTS:
+        error = (f"Gave up after {MAX_ATTEMPTS} attempts: the worker running this diagnosis stopped each time "
+                 "(killed, or out of memory).")
+        Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.FAILED, error=error,
+                                                         finished_at=timezone.now())
+        return Diagnosis.Status.FAILED
+    if attempts > 1:
+        log.warning("diagnosis %s: its worker stopped; attempt %s starts it again", diagnosis_id, attempts)
+    Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.RUNNING, summary={"attempts": attempts})
     try:
         if diagnosis.is_live:
             records, live = live_records(diagnosis)
@@ -166,7 +181,7 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
                         "calibration": calibration},
                 summary={"total": clustering.total, "failures": clustering.failures, "noise": list(clustering.noise),
                          "groups": [{"key": key, "case_ids": list(ids)} for key, ids in clustering.groups],
-                         "proposals": len(proposals), "valid": sum(p.valid for p in proposals),
+                         "proposals": len(proposals), "valid": sum(p.valid for p in proposals), "attempts": attempts,
                          "abstained": abstained, **({"live": live} if live else {}),
                          **({"proposer_runs": proposer_runs} if proposer_runs is not None else {})})
     except Exception as exc:

@@ -1,11 +1,17 @@
 """Celery tasks of harness evolution: one per job kind, ids in, early return if the row vanished."""
 
 from celery import shared_task
+from celery.signals import worker_ready
 
+from evaluation.evolution.diagnosing import DIAGNOSE
 from evaluation.evolution.models import Diagnosis, Round
+from workspaces.jobs import job_is_running, single_flight
 
 
-@shared_task(name="evolution.diagnose", acks_late=True, time_limit=1800,
+# acks_late: a killed worker's diagnosis comes back from the broker (after its visibility timeout), and the next
+# worker to start queues a running diagnosis that no process holds at once (resume_orphaned_diagnoses). The
+# single-flight lock tells the two apart from a diagnosis still under way; the attempt is counted on the row.
+@shared_task(name=DIAGNOSE, acks_late=True, time_limit=1800,
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def diagnose(diagnosis_id: int) -> str:
     """Cluster the run's failures and propose edits (the analysis is CPU-only: scikit-learn, no model)."""
@@ -13,7 +19,18 @@ def diagnose(diagnosis_id: int) -> str:
 
     if not Diagnosis.objects.filter(pk=diagnosis_id).exists():
         return "vanished"
-    return diagnosis_execute(diagnosis_id=diagnosis_id)
+    with single_flight(DIAGNOSE, diagnosis_id) as mine:
+        if not mine:
+            return "already running"
+        return diagnosis_execute(diagnosis_id=diagnosis_id)
+
+
+@worker_ready.connect
+def resume_orphaned_diagnoses(sender=None, **kwargs) -> None:
+    """A diagnosis marked running that no process holds lost its worker: queue it again when a worker starts."""
+    for diagnosis_id in Diagnosis.objects.filter(status=Diagnosis.Status.RUNNING).values_list("pk", flat=True):
+        if not job_is_running(DIAGNOSE, diagnosis_id):
+            diagnose.apply_async(args=[diagnosis_id], queue="cpu")
 
 
 @shared_task(name="evolution.evaluate_round", acks_late=True, time_limit=6 * 3600,

@@ -300,3 +300,15 @@ def test_run_rl_hands_the_generation_to_grpo_and_the_rollout(tmp_path, monkeypat
         run_pipeline(config(RL), artifacts_dir=tmp_path / "c", reporter=SimpleNamespace(line=print),
                      should_stop=lambda: False)
     assert built[0]["args"].use_vllm is False and built[0]["rollout_func"].generation == "transformers"
+
+
+def test_a_vllm_stage_is_refused_before_anything_trains_on_a_host_without_vllm(tmp_path):
+    sft = {"kind": "sft", "config": {"max_steps": 1, "save_steps": 1, "max_length": 2048}}
+    vllm_rl = {**RL, "config": {**RL["config"], "generation": "vllm-server",
+                                "vllm_server_url": "http://gpu-1:8000"}}
+    with pytest.raises(ConfigError) as error:
+        run_pipeline(config(sft, vllm_rl), artifacts_dir=tmp_path / "job", reporter=None,
+                     should_stop=lambda: False)
+    assert error.value.field == "stages[1].config.generation"
+    assert "vLLM is not installed" in error.value.message
+    assert not (tmp_path / "job").exists()  # nothing claimed, prepared or trained (the SFT stage included)
