@@ -69,5 +69,5 @@ train-default: install
 
 hat-experiment: install
 	$(BIN)/python benchmarks/hat_experiment.py --model smollm2 --cases 100 --train-examples 160 \
-	    --grad-accumulation 2 --lr 3e-4 --steps 2 --opd-steps 4 --rl-cases 4 --max-new-tokens 64 --precision auto \
+	    --grad-accumulation 2 --lr 3e-4 --steps 2 --opd-steps 50 --rl-cases 4 --max-new-tokens 64 --precision auto \
 	    --parallel-training --eval-workers 2 --workdir var/hat-experiment

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100, help="eval cases (each also under its held-out edit)")
     parser.add_argument("--train-examples", type=int, default=400, help="HSA-SFT trajectories")
     parser.add_argument("--steps", type=int, default=4, help="HSA-RL optimizer steps")
-    parser.add_argument("--opd-steps", type=int, default=8)
+    parser.add_argument("--opd-steps", type=int, default=50)
     parser.add_argument("--rl-cases", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1, help="SFT passes over the data")
     parser.add_argument("--grad-accumulation", type=int, default=4, help="SFT rows per optimizer step")

@@ -26,9 +26,10 @@ import pytest
 from tests.live_servers import ROOT, free_port, requires_services, start_deployed, stop, wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-pytestmark = [requires_services, pytest.mark.skipif(
+OWN_CLUSTER = pytest.mark.skipif(
     os.geteuid() != 0 or not (PG_BIN / "initdb").exists() or not shutil.which("runuser"),
-    reason="needs root, runuser and PostgreSQL 15's initdb to run a cluster of its own")]
+    reason="needs root, runuser and PostgreSQL 15's initdb to run a cluster of its own")
+pytestmark = [requires_services, OWN_CLUSTER]
 BATCH = 20
 
 
@@ -72,8 +73,8 @@ def own_postgres():
     cluster.remove()
 
 
-def manage(url: str, *argv: str) -> str:
-    env = {**os.environ, "DATABASE_URL": url, "HARNESSOPS_ADMIN_PASSWORD": "fault-pass-1"}
+def manage(url: str, *argv: str, **extra: str) -> str:
+    env = {**os.environ, "DATABASE_URL": url, "HARNESSOPS_ADMIN_PASSWORD": "fault-pass-1", **extra}
     return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, check=True, capture_output=True,
                           text=True).stdout
 

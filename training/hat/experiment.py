@@ -63,7 +63,7 @@ class ExperimentConfig:
     cases: int = 100                    # eval cases (each under the original and its own held-out edit)
     train_examples: int = 400           # HSA-SFT trajectories (half original, half HSA); Fixed-SFT matches tokens
     sft_epochs: int = 1
-    opd_steps: int = 8
+    opd_steps: int = 50                 # General OPD optimizer steps (2 prompts each, from the 2,400-prompt pool)
     rl_steps: int = 4                   # HSA-RL optimizer steps ("--steps")
     rl_cases: int = 8
     ifeval: int = 0                     # IFEval prompts used (0: all)
