@@ -3,6 +3,7 @@ from django.urls import path, register_converter
 
 from console.api import api
 from console.health import healthz
+from console.metrics import metrics
 from console.views import evaluation, evolution, experiments, harness, serving, training, workspace
 from workspaces.identifiers import IdentifierConverter
 
@@ -14,6 +15,7 @@ h = ws + "harnesses/<ident:name>/"
 urlpatterns = [
     path("", workspace.home, name="home"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Invitations: a new member sets their password with a one-time link (Django's reset token).

@@ -31,6 +31,7 @@ class ModelResponse:
     reasoning: str = ""  # separated reasoning (vLLM's reasoning parser); inline <think> stays in content
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0  # of tokens_in, those served from the backend's prefix cache (as the backend says)
     latency_ms: float = 0.0
     ttft_ms: float | None = None  # time to first token, when the call streamed
     finish_reason: str = "stop"

@@ -12,6 +12,7 @@ from harness.runtime import TurnResult, reply_chunks
 from serving import services
 from serving.admission import HANDED_OVER_ADMISSION, reply_admit
 from serving.auth import RememberedApiKeyAuth
+from serving.observability import events_observed, reply_observed
 from serving.schemas import EventsIn, EventsOut, ReplyIn, ReplyOut
 from serving.selection import Selection
 from workspaces.access import API_ACCESS_GENERATION
@@ -94,6 +95,7 @@ def reply(request, room_id: str, payload: ReplyIn, stream: bool = False):
             room_context=payload.room, harness_name=payload.harness, label=payload.label, version=payload.version,
             backend_name=_checked_backend(request, payload.backend),
         )
+    reply_observed(outcome.result.trace, harness=outcome.harness.name, arm=outcome.selection.arm)
     body = reply_out(outcome.result, outcome.selection)
     if not stream:
         return body
@@ -128,6 +130,7 @@ def ingest_events(request, payload: EventsIn):
     _key_current(request, generation)
     result = events_ingest(actor=request.actor, workspace=request.workspace, events=payload.events,
                            running_token=running)
+    events_observed(accepted=result.accepted, duplicates=result.duplicates, rejected=len(result.errors))
     if result.accepted:
         publish_experiment_updates(result.running)
     return {"accepted": result.accepted, "duplicates": result.duplicates, "errors": result.errors}

@@ -39,6 +39,7 @@ from serving.backends import backend_family
 from serving.experiments.routing import experiment_routing
 from serving.model_config import backend_for
 from serving.models import Room, Trace
+from serving.observability import reply_observed
 from serving.schemas import ReplyIn, ReplyOut
 from serving.selection import DEFAULT_LABEL, label_version, select_version
 from serving.selectors import room_harness_kept, room_route_on_loop
@@ -197,6 +198,7 @@ async def _answer(scope, room_id: str, body: bytes) -> tuple[int, bytes, list]:
         raise _HandOver(admission) from None
     result = await answer_turn(spec, turn, backend, selection.arm, tool_registry_for(workspace))
     await _trace_stored(workspace.pk, result.trace, room.harness.pk, selection.version.pk)
+    reply_observed(result.trace, harness=room.harness.name, arm=selection.arm)
     answer = json.dumps(ReplyOut.model_validate(reply_out(result, selection)).model_dump()).encode()
     return 200, answer, _json_headers(len(answer), secure)
 

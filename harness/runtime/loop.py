@@ -161,7 +161,7 @@ class _Turn:
                            reason=f"model backend: {exc}") from None
         step.update(
             latency_ms=round(response.latency_ms, 3), ttft_ms=response.ttft_ms, tokens_in=response.tokens_in,
-            tokens_out=response.tokens_out, content=response.content, reasoning=response.reasoning,
+            tokens_cached=response.tokens_cached, tokens_out=response.tokens_out, content=response.content, reasoning=response.reasoning,
             finish_reason=response.finish_reason, model=response.raw.get("model") or step["backend"],
             tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
         )

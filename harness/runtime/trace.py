@@ -52,6 +52,7 @@ class TraceRecorder:
             ttft_ms=next((s["ttft_ms"] for s in models if s.get("ttft_ms") is not None), None),
             tokens_in=sum(s.get("tokens_in", 0) for s in models),
             tokens_out=sum(s.get("tokens_out", 0) for s in models),
+            tokens_cached=sum(s.get("tokens_cached", 0) for s in models),
             skills_loaded=list(dict.fromkeys(self.skills_loaded)),
             hooks_fired=list(dict.fromkeys(self.hooks_fired)),
             tools_called=self.tools_called,

@@ -145,7 +145,7 @@ class LocalBackend:
             raise
         content, calls = parse_tool_calls(text) if offered else (text.strip(), ())
         return ModelResponse(
-            content=content, tool_calls=calls, tokens_in=tokens_in, tokens_out=tokens_out,
+            content=content, tool_calls=calls, tokens_in=tokens_in, tokens_out=tokens_out, tokens_cached=cached,
             latency_ms=(time.perf_counter() - started) * 1000,
             ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
             finish_reason="tool_calls" if calls else finish_reason,

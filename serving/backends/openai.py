@@ -184,6 +184,7 @@ class _StreamState:
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: dict[str, Any] = {}
+        self.timings: dict[str, Any] = {}
         self.finish_reason = "stop"
         self.ttft_ms: float | None = None
         self.meta: dict[str, Any] = {}
@@ -212,6 +213,8 @@ class _StreamState:
         self.meta.setdefault("model", chunk.get("model"))
         if chunk.get("usage"):
             self.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):  # llama.cpp's server: its prompt cache figures
+            self.timings = chunk["timings"]
         produced = False
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
@@ -250,7 +253,7 @@ class _StreamState:
         return ModelResponse(
             content="".join(self.content), reasoning="".join(self.reasoning), tool_calls=calls,
             tokens_in=int(self.usage.get("prompt_tokens") or 0),
-            tokens_out=int(self.usage.get("completion_tokens") or 0),
+            tokens_out=int(self.usage.get("completion_tokens") or 0), tokens_cached=_cached(self.usage, self.timings),
             latency_ms=latency_ms, ttft_ms=self.ttft_ms, finish_reason=self.finish_reason,
             raw={**self.meta, "usage": self.usage},
         )
@@ -277,7 +280,20 @@ def _response_from_json(payload: dict[str, Any], *, latency_ms: float) -> ModelR
         tool_calls=tuple(calls),
         tokens_in=int(usage.get("prompt_tokens") or 0),
         tokens_out=int(usage.get("completion_tokens") or 0),
+        tokens_cached=_cached(usage, payload.get("timings")),
         latency_ms=latency_ms,
         finish_reason=choice.get("finish_reason") or "stop",
         raw=payload,
     )
+
+
+def _cached(usage: dict[str, Any], timings: Any = None) -> int:
+    """Prompt tokens the server took from its prefix cache: OpenAI's and vLLM's `prompt_tokens_details`
+    (vLLM with --enable-prompt-tokens-details), llama.cpp server's `cache_n` in its timings otherwise."""
+    details = usage.get("prompt_tokens_details") or {}
+    try:
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            return int(details["cached_tokens"])
+        return int(timings.get("cache_n") or 0) if isinstance(timings, dict) else 0
+    except (TypeError, ValueError):
+        return 0

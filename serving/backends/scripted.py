@@ -74,6 +74,9 @@ class ScriptedBackend:
             step = ModelResponse(content=step, tokens_out=len(step.split()))
         if not isinstance(step, ModelResponse):
             raise BackendError(f"scripted step {index + 1} is a {type(step).__name__}, not a ModelResponse")
+        if not step.tokens_in:  # the scripted model counts words as tokens, its prompt's as its replies'
+            step = dataclasses.replace(step, tokens_in=sum(len(str(m.get("content") or "").split())
+                                                           for m in messages))
         if step.tool_calls and step.finish_reason == "stop":
             step = dataclasses.replace(step, finish_reason="tool_calls")
         if not step.latency_ms:
@@ -107,6 +110,7 @@ def step_from_json(value: Any, index: int = 0) -> Step:
     return ModelResponse(content=content, reasoning=value.get("reasoning") or "", tool_calls=tuple(calls),
                          tokens_in=int(value.get("tokens_in", 0)),
                          tokens_out=int(value.get("tokens_out", len(content.split()))),
+                         tokens_cached=int(value.get("tokens_cached", 0)),
                          finish_reason=value.get("finish_reason", "tool_calls" if calls else "stop"))
 
 

@@ -5,6 +5,7 @@ from serving.experiments import statistics as stats
 from serving.experiments.lifecycle import experiment_arm_label, experiment_stop
 from serving.models import Experiment, Trace
 from workspaces.access import Actor
+from workspaces.metrics import GUARDRAIL_STOPS
 
 GUARDRAIL_WINDOW = 5000  # latest replies per arm used for latency percentiles
 MIN_USERS_PER_ARM = 100
@@ -79,5 +80,7 @@ def stop_if_guardrail_trips(experiment_id: int) -> tuple[Experiment | None, str]
     reason = guardrail_violation(experiment, arm_guardrails(experiment, list(experiment.arms.all())))
     if not reason:
         return None, ""
-    return experiment_stop(actor=Actor.system("system:guardrail"), experiment=experiment,
-                           reason=f"auto-stop guardrail: {reason}", control_only=True), reason
+    stopped = experiment_stop(actor=Actor.system("system:guardrail"), experiment=experiment,
+                              reason=f"auto-stop guardrail: {reason}", control_only=True)
+    GUARDRAIL_STOPS.inc()
+    return stopped, reason
