@@ -78,7 +78,7 @@ def _round_context(diagnosis) -> dict:
 
 
 def _diagnosis_context(diagnosis) -> dict:
-    return {**_round_context(diagnosis), "worker_lost": selectors.diagnosis_worker_lost(diagnosis),
+    return {**_round_context(diagnosis), "worker_lost": diagnosing.diagnosis_worker_lost(diagnosis),
             "max_attempts": diagnosing.MAX_ATTEMPTS,
             "review": selectors.review(diagnosis) if diagnosis.status == "done" else [],
             "invalid": diagnosis.proposals.filter(valid=False).select_related("cluster")}

@@ -13,7 +13,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from evaluation.evolution.calibration import category_calibration
@@ -24,7 +24,7 @@ from evaluation.models import EvalResult, EvalRun
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
 from workspaces.access import WRITE, Actor, require
-from workspaces.jobs import enqueue
+from workspaces.jobs import enqueue, job_is_running
 from workspaces.services import audit_record
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,14 @@ def _history(diagnosis: Diagnosis) -> tuple[list[dict], list[float], set[str], l
     rejected = Proposal.objects.filter(diagnosis__harness=diagnosis.harness, status=Proposal.Status.REJECTED)
     return previous, gains, set(rejected.values_list("fingerprint", flat=True)), \
         list(rejected.values_list("reason", flat=True))
+
+
+def diagnosis_worker_lost(diagnosis: Diagnosis) -> bool:
+    """Whether a running diagnosis lost its worker: no process holds its job (the holder's lock ends with its
+    database session, so with a killed process too)."""
+    # Embedded mode (SQLite) runs jobs in threads of the server, without the lock: it cannot tell, so says nothing.
+    return diagnosis.status == Diagnosis.Status.RUNNING and connection.vendor == "postgresql" \
+        and not job_is_running(DIAGNOSE, diagnosis.pk)
 
 
 def diagnosis_execute(*, diagnosis_id: int) -> str:

@@ -2,14 +2,12 @@
 
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, Q
 from django.http import Http404
 
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
 from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness.models import Harness
-from workspaces.jobs import job_is_running
 from workspaces.models import Workspace
 
 DEFAULT_LIVE_WINDOW = timedelta(days=7)
@@ -25,16 +23,6 @@ def diagnosis_get(workspace: Workspace, diagnosis_id: int) -> Diagnosis:
     if diagnosis is None:
         raise Http404("No such diagnosis.")
     return diagnosis
-
-
-def diagnosis_worker_lost(diagnosis: Diagnosis) -> bool:
-    """Whether a running diagnosis lost its worker: no process holds its job (the holder's lock ends with its
-    database session, so with a killed process too)."""
-    from evaluation.evolution.diagnosing import DIAGNOSE
-
-    # Embedded mode (SQLite) runs jobs in threads of the server, without the lock: it cannot tell, so says nothing.
-    return diagnosis.status == Diagnosis.Status.RUNNING and connection.vendor == "postgresql" \
-        and not job_is_running(DIAGNOSE, diagnosis.pk)
 
 
 def diagnoses_of_run(run: EvalRun):

@@ -8,7 +8,6 @@ of its own (its broker), so the restart disturbs nothing else. Needs root, runus
 import time
 
 import psycopg
-import pytest
 
 from tests.live_servers import free_port, requires_services, start_worker, stop, wait_for
 from tests.serving.test_fault_postgres import OWN_CLUSTER, manage, own_postgres  # noqa: F401  (a fixture)
@@ -37,7 +36,7 @@ print(run.pk)
 """
 
 
-def test_an_eval_run_resumes_after_a_postgres_restart_and_counts_each_case_once(own_postgres, tmp_path):
+def test_an_eval_run_resumes_after_a_postgres_restart_and_counts_each_case_once(own_postgres, tmp_path):  # noqa: F811
     redis_port = free_port()
     redis = start_redis(redis_port)
     broker = f"redis://127.0.0.1:{redis_port}/0"
