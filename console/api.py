@@ -1,12 +1,17 @@
 """The platform API: wires each package's router and maps domain errors to clear 4xx answers."""
 
+import logging
 from functools import wraps
 
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseUnavailable
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from evaluation.evolution.api import router as evolution_router
 from evaluation.evolution.errors import EvolutionError
@@ -20,7 +25,9 @@ from serving.services import ReplyRequestError
 from training.api import router as training_router
 from training.services import TrainingError
 from workspaces.identifiers import InvalidIdentifier
-from workspaces.schemas import ERROR_MEANINGS
+from workspaces.schemas import ERROR_MEANINGS, RETRY_AFTER_HEADER, RETRY_AFTER_S
+
+log = logging.getLogger(__name__)
 
 # PostgreSQL text and jsonb cannot hold NUL characters; a request that carries one (valid JSON, valid for
 # the schema) would fail deep in a write. They never mean anything here, so they arrive as U+FFFD.
@@ -63,13 +70,16 @@ def path_without_nul(run):
 
 class PlatformApi(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        """Each documented error answer says what it means on this API (workspaces.schemas.ERROR_MEANINGS)."""
+        """Each documented error answer says what it means on this API (workspaces.schemas.ERROR_MEANINGS), and a
+        503 the Retry-After header it carries when a dependency is away (_dependency_away)."""
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         for operations in schema["paths"].values():
             for operation in operations.values():
                 for status, answer in operation["responses"].items():
                     if int(status) in ERROR_MEANINGS:
                         answer["description"] = ERROR_MEANINGS[int(status)]
+                    if int(status) == 503:
+                        answer["headers"] = RETRY_AFTER_HEADER
         return schema
 
 
@@ -138,6 +148,23 @@ def _training_invalid(request, exc: TrainingError):
 @api.exception_handler(ImproperlyConfigured)
 def _misconfigured(request, exc):
     return api.create_response(request, {"detail": f"Not available here: {exc}", "errors": []}, status=503)
+
+
+@api.exception_handler(DatabaseUnavailable)
+@api.exception_handler(DatabaseInterfaceError)
+@api.exception_handler(RedisConnectionError)
+@api.exception_handler(RedisTimeoutError)
+def _dependency_away(request, exc):
+    """PostgreSQL (or a Redis call that does not degrade) away for a moment: a 503 that says when to come back,
+    never a 500. A write under way was rolled back whole, or had committed before the answer was lost: resent,
+    what it stored answers as duplicates (event batches), never a second count."""
+    log.warning("%s %s: a dependency is unreachable (%s: %s)", request.method, request.path, type(exc).__name__,
+                str(exc).strip()[:300])
+    response = api.create_response(request, {"detail": "A service this needs is unreachable for a moment; send "
+                                                       f"the request again after {RETRY_AFTER_S} s.", "errors": []},
+                                   status=503)
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 @api.exception_handler(PermissionDenied)

@@ -116,10 +116,14 @@ def _sse(reply: str, final: dict):
     yield f"event: final\ndata: {json.dumps(final, ensure_ascii=False)}\n\n"
 
 
-@router.post("/events", response={200: EventsOut, **errors(400, 401, 403, 422)}, auth=RememberedApiKeyAuth())
+# Redis away, a batch still lands (its tokens read as "cannot say"); the database away, it is answered 503 with
+# Retry-After (console/api.py), and the batch resent then reports what had been stored as duplicates.
+@router.post("/events", response={200: EventsOut, **errors(400, 401, 403, 422, 503)}, auth=RememberedApiKeyAuth())
 def ingest_events(request, payload: EventsIn):
     """Ingest a batch of platform events (ingest scope). Valid events are stored even when others in the
-    batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once."""
+    batch are invalid; each invalid one is reported by its index. Duplicated event_ids count once. A 503
+    (the database unreachable for a moment) says in Retry-After when to send the batch again: events it had
+    stored are then answered as duplicates, never counted twice."""
     from serving.experiments.ingest import events_ingest
     from serving.experiments.lifecycle import running_token_key
     from serving.experiments.live import publish_experiment_updates

@@ -28,8 +28,16 @@ ERROR_MEANINGS = {
     413: "The body is too large.",
     422: "The request is invalid; `errors` lists the fields.",
     429: "Rate limit reached for this key.",
-    503: "Not available in this deployment (e.g. no model server configured).",
+    503: "Not available in this deployment (e.g. no model server configured), or a service it needs (the "
+         "database) is unreachable for a moment: then the Retry-After header says in how many seconds to send the "
+         "request again.",
 }
+RETRY_AFTER_S = 5  # what a 503 for a dependency that is away asks the client to wait
+# Every documented 503 carries it then (OpenAPI `responses.503.headers`; absent on a 503 for what this deployment
+# does not run).
+RETRY_AFTER_HEADER = {"Retry-After": {"description": "When a service it needs is unreachable for a moment: seconds "
+                                                     "to wait before sending the request again.",
+                                      "required": False, "schema": {"type": "integer", "minimum": 1}}}
 
 
 def errors(*codes: int) -> dict[int, type[ErrorOut]]:

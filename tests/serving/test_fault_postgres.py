@@ -1,6 +1,7 @@
-"""PostgreSQL restarted in the middle of event ingestion: every batch the server accepted is stored once, a client
-that got an error resends its batch and is told which events were already stored (duplicates, never counted
-twice), and the server recovers without being restarted itself.
+"""PostgreSQL restarted in the middle of event ingestion, then away for longer than a request waits: every batch the
+server accepted is stored once, a refused batch is answered 503 with Retry-After (never a 500), a client that was
+refused resends its batch and is told which events were already stored (duplicates, never counted twice), and the
+server recovers without being restarted itself.
 
 The deployed server (uvicorn, two processes) runs against a PostgreSQL cluster of this test's own (initdb in a
 temporary directory, a spare port), so restarting it disturbs nothing else. Needs root (the cluster runs as the
@@ -107,7 +108,8 @@ def test_accepted_batches_survive_a_postgres_restart_and_resent_ones_count_once(
                 started = time.monotonic()
                 try:
                     answer = api.post("/api/v1/events", json={"events": events})
-                    body = answer.json() if answer.status_code == 200 else {}
+                    body = answer.json() if answer.status_code == 200 else \
+                        {"retry_after": answer.headers.get("Retry-After")}
                     sent.append((time.monotonic(), answer.status_code, body, events))
                 except httpx.TransportError:
                     sent.append((time.monotonic(), 0, {}, events))
@@ -127,6 +129,14 @@ def test_accepted_batches_survive_a_postgres_restart_and_resent_ones_count_once(
         marks["up"] = up_at = time.monotonic()
         # the server comes back by itself: batches land again
         wait_for(lambda: len([s for s in sent if s[0] > up_at and s[1] == 200]) >= 20, 60, "batches after")
+        # Away longer than a request waits for a connection (the pool's 10 s): batches are refused with a 503
+        # that says when to come back, and land again once it is back.
+        own_postgres.stop()
+        away_at = time.monotonic()
+        wait_for(lambda: [s for s in sent if s[0] > away_at and s[1] == 503], 60, "a 503 while it is away")
+        own_postgres.start()
+        back_at = time.monotonic()
+        wait_for(lambda: len([s for s in sent if s[0] > back_at and s[1] == 200]) >= 20, 60, "batches after it")
     finally:
         going.set()
         for client in clients:
@@ -137,6 +147,9 @@ def test_accepted_batches_survive_a_postgres_restart_and_resent_ones_count_once(
         # landed, or failed and are resent below.
         assert overlapping, "the restart was felt"
         assert all(s[1] == 200 for s in sent[-10:]), [s[1] for s in sent[-10:]]
+        # Every batch landed or was refused with a 503 and a time to come back: never a 500, never a lost answer.
+        assert {status for _, status, _, _ in sent} <= {200, 503}, sorted({s[1] for s in sent})
+        assert all(body["retry_after"] == "5" for _, status, body, _ in sent if status == 503)
         landed = [events for _, status, body, events in sent if status == 200]
         assert all(body["accepted"] == BATCH for _, status, body, _ in sent if status == 200)
         # A client that got an error resends its batch; what the server had stored is reported as duplicates.
