@@ -1,6 +1,8 @@
 """Reads for training: jobs, their progress and curves, checkpoints, checkpoint × harness matrices."""
 
+from django.conf import settings
 from django.http import Http404
+from django.utils import timezone
 
 from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
 from workspaces.models import Workspace
@@ -25,8 +27,23 @@ def job_state(job: TrainingJob) -> dict:
         "id": job.pk, "name": job.name, "status": job.status, "cancel_requested": job.cancel_requested,
         "stage": job.stage, "stage_index": job.stage_index, "stages": list(job.stages), "step": job.step,
         "total_steps": job.total_steps, "fraction": round(job.fraction, 4), "tokens_per_s": job.tokens_per_s,
-        "eta_s": job.eta_s, "error": job.error, "attempts": job.attempts,
+        "eta_s": job.eta_s, "error": job.error, "attempts": job.attempts, "worker_note": worker_note(job),
     }
+
+
+def worker_note(job: TrainingJob) -> str:
+    """What became of the job's worker, in words: stopped (its heartbeat is older than the lease, so the next
+    delivery takes the job over) or resumed after stopping; empty when neither."""
+    if job.status == TrainingJob.Status.RUNNING and job.heartbeat_at is not None:
+        silent = (timezone.now() - job.heartbeat_at).total_seconds()
+        if silent > settings.TRAINING_LEASE_S:
+            return (f"No heartbeat from its worker for {silent:.0f} s: the worker stopped (killed, or out of "
+                    "memory). The job resumes from its last checkpoint when a worker takes it up again.")
+    if job.attempts > 1:
+        stopped = job.attempts - 1
+        return (f"Resumed from its last checkpoint: its worker stopped {stopped} time{'s' if stopped > 1 else ''} "
+                f"(attempt {job.attempts}).")
+    return ""
 
 
 def metric_point(row: TrainingMetric) -> dict:
