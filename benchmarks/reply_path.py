@@ -12,6 +12,9 @@ second time with `--root <other checkout>` (its code, this script). `--asgi` als
 everyday reply takes the route on the event loop (serving.lean_reply) where the test client takes Django's
 route (middleware, ninja, the sync view in a thread and the turn back on a loop); it then times a full garbage
 collection over what the process holds, with start-up's objects frozen (console.asgi) and not (gc_pause.py).
+`--otlp-endpoint URL` times each count again with OpenTelemetry export on (serving.otel) towards URL - give it a
+dead collector (`http://127.0.0.1:9`, refused; `http://10.255.255.1:4318`, never answers) to see what one costs
+a reply: the figures with export off and on are printed side by side (docs/observability.md).
 """
 
 import argparse
@@ -39,6 +42,7 @@ def main() -> None:
     parser.add_argument("--root", help="the checkout whose code to measure (default: this one)")
     parser.add_argument("--asgi", action="store_true", help="also through the ASGI application, in process")
     parser.add_argument("--top", type=int, default=0, help="with --profile, also the N functions of most self time")
+    parser.add_argument("--otlp-endpoint", help="also time replies with OpenTelemetry export to this collector")
     args = parser.parse_args()
     if not (os.environ.get("DATABASE_URL", "").startswith("postgres") and os.environ.get("REDIS_URL")):
         raise SystemExit("Set DATABASE_URL (PostgreSQL) and REDIS_URL: this measures the deployed path.")
@@ -95,6 +99,8 @@ def main() -> None:
         print(f"{count:>5} replies in process: wall p50 {times[len(times) // 2]:.1f} ms, "
               f"p95 {times[int(len(times) * 0.95)]:.1f} ms; CPU p50 {cpu[len(cpu) // 2]:.2f} ms, "
               f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
+        if args.otlp_endpoint:
+            exported(reply, count, args.otlp_endpoint, "in process")
 
         if args.asgi:
             asgi_reply = asgi_reply or warmed(asgi_client(token))
@@ -102,6 +108,8 @@ def main() -> None:
             print(f"{count:>5} replies through the ASGI app: wall p50 {times[len(times) // 2]:.1f} ms, "
                   f"p95 {times[int(len(times) * 0.95)]:.1f} ms; CPU p50 {cpu[len(cpu) // 2]:.2f} ms, "
                   f"p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms", flush=True)
+            if args.otlp_endpoint:
+                exported(asgi_reply, count, args.otlp_endpoint, "through the ASGI app", offset=70_000)
 
     if args.asgi:  # what a serving process has tracked by now, and a full collection's pause over it
         import gc
@@ -118,6 +126,52 @@ def main() -> None:
         if args.asgi:
             profile_replies(asgi_reply or warmed(asgi_client(token)), args.profile, "through the ASGI app",
                             args.top)
+
+
+def exported(reply, count: int, endpoint: str, how: str, offset: int = 80_000) -> None:
+    """`count` replies with export off, then on towards `endpoint`, then off again (the machine's drift shows
+    as the difference between the two off runs); each: wall and CPU p50/p95."""
+    from serving import otel
+
+    def figures(label: str) -> str:
+        times, cpu = timed(reply, count, offset=offset)
+        return (f"{label}: wall p50 {times[len(times) // 2]:.2f} ms, p95 {times[int(len(times) * 0.95)]:.2f} ms; "
+                f"CPU p50 {cpu[len(cpu) // 2]:.2f} ms, p95 {cpu[int(len(cpu) * 0.95)]:.2f} ms")
+
+    rows = [figures("export off"), observed("what a reply pays to be observed, export off")]
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    otel.reset()
+    try:
+        assert otel.tracer() is not None
+        rows.append(figures(f"export on → {endpoint}"))
+        rows.append(observed("what a reply pays to be observed, export on"))
+    finally:
+        del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        shut = time.perf_counter()
+        otel.reset()  # the processor's shutdown tries the queued spans once more
+        shutdown_s = time.perf_counter() - shut
+    rows.append(figures("export off again"))
+    print(f"{count:>5} replies {how}, OpenTelemetry:\n    " + "\n    ".join(rows)
+          + f"\n    (the exporter's shutdown took {shutdown_s:.1f} s)", flush=True)
+
+
+def observed(label: str, turns: int = 2000) -> str:
+    """CPU of `serving.observability.reply_observed` (metrics and spans of one stored trace) per reply: in the
+    replying thread (what the reply waits for), and in the whole process once the span builder has caught up."""
+    from serving import otel
+    from serving.models import Trace
+    from serving.observability import reply_observed
+
+    trace = Trace.objects.filter(outcome="replied").order_by("-id").first().data
+    started, started_thread = time.process_time(), time.thread_time()
+    for _ in range(turns):
+        reply_observed(trace, harness="avatar", arm="label:production")
+    in_thread = (time.thread_time() - started_thread) / turns * 1e6
+    if otel._state["builder"] is not None:
+        otel._state["builder"].pending.join()  # the spans built (their export is the processor's thread's)
+    in_process = (time.process_time() - started) / turns * 1e6
+    return (f"{label}: {in_thread:.0f} µs CPU in the replying thread, {in_process:.0f} µs in the process "
+            f"({len(trace['steps'])} steps a turn, {turns} turns, {otel.dropped} turns' spans dropped so far)")
 
 
 def warmed(reply):
