@@ -38,6 +38,19 @@ class ModelResponse:
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True)
+class ToolConstraint:
+    """Ask a backend to decode only free text or calls of the `tools` it is given (a skill only through
+    `load_skill`, whose `name` enum lists the declared skills), with arguments that follow each tool's schema.
+
+    `key` is the harness's content hash: the tools of one harness version never change, so a backend builds
+    its grammar once per key and every later turn reuses it. Only backends whose class sets
+    `constrains_tool_calls = True` are passed one (`complete(..., constraint=...)`); others never see it.
+    """
+
+    key: str
+
+
 @runtime_checkable
 class ModelBackend(Protocol):
     name: str

@@ -14,6 +14,7 @@ is OpenAI's, but time to first token here equals the backend's latency.
 
 import argparse
 import asyncio
+import hashlib
 import json
 import re
 import sys
@@ -26,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.model_protocol import BackendError, ModelBackend, ModelResponse
+from harness.model_protocol import BackendError, ModelBackend, ModelResponse, ToolConstraint
 from serving.backends import backend_names, create_backend
 from serving.backends.scripted import steps_from_json
 
@@ -76,7 +77,18 @@ class CompletionServer(ThreadingHTTPServer):
             max_tokens=int(request.get("max_completion_tokens") or request.get("max_tokens") or 512),
             temperature=float(request.get("temperature") or 0.0),
             tool_choice=request.get("tool_choice") or "auto",
+            **self._constraint(request),
         )
+
+    def _constraint(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A structural-tag request (what the `openai` backend sends vLLM for a constrained harness) constrains
+        a backend that can: keyed by the tag's content, which names the tools and their schemas."""
+        response_format = request.get("response_format")
+        if not (isinstance(response_format, dict) and response_format.get("type") == "structural_tag"
+                and request.get("tools") and getattr(self.backend, "constrains_tool_calls", False)):
+            return {}
+        key = hashlib.sha256(json.dumps(response_format, sort_keys=True).encode()).hexdigest()
+        return {"constraint": ToolConstraint(key=f"structural-tag:{key}")}
 
     def server_close(self) -> None:
         super().server_close()

@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from harness.model_protocol import BackendError, ModelBackend, ModelResponse, ToolCall
+from harness.model_protocol import BackendError, ModelBackend, ModelResponse, ToolCall, ToolConstraint
 from harness.runtime.hooks import HookOutcome, SchemaCheck, engine_for
 from harness.runtime.messages import assemble_messages, strip_reasoning, ungrounded_numbers
 from harness.runtime.tools import ToolContext, ToolOutcome, ToolRegistry
@@ -150,11 +150,14 @@ class _Turn:
 
     async def _call_model(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, tool_choice: str
                           ) -> ModelResponse:
-        step = self.trace.step("model", backend=getattr(self.backend, "name", "?"), tool_choice=tool_choice)
+        constraint = _constraint(self.spec) if tools and getattr(self.backend, "constrains_tool_calls", False) else None
+        step = self.trace.step("model", backend=getattr(self.backend, "name", "?"), tool_choice=tool_choice,
+                               constrained=constraint is not None and tool_choice != "none")
         try:
             max_tokens = min(MAX_OUTPUT_TOKENS, TOOL_CALL_TOKENS + self.settings.reply_max_chars // 3)
+            extra = {"constraint": constraint} if constraint is not None else {}
             response = await self.backend.complete(list(messages), tools, max_tokens=max_tokens,
-                                                   tool_choice=tool_choice)
+                                                   tool_choice=tool_choice, **extra)
         except BackendError as exc:
             step.update(error=str(exc))
             raise _EndTurn("error", reply=self.settings.fallback_reply, silent=not self.settings.fallback_reply,
@@ -229,6 +232,12 @@ class _Turn:
         self.trace.skills_loaded.append(name)
         step.update(result={"skill": name, "kind": skill.kind})
         return skill.body
+
+
+@lru_cache(maxsize=1024)
+def _constraint(spec: HarnessSpec) -> ToolConstraint | None:
+    """The spec's decoding constraint (None when its settings switch it off), one object per spec version."""
+    return ToolConstraint(key=spec.content_hash) if spec.settings.constrained_decoding else None
 
 
 @lru_cache(maxsize=1024)

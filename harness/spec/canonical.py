@@ -82,9 +82,19 @@ def _harness_yaml(spec: HarnessSpec) -> str:
     return _yaml({
         "format": FORMAT,
         "description": spec.description,
-        "settings": asdict(spec.settings),
+        "settings": _settings_document(spec),
         "variables": dict(sorted(spec.variables.items())),
     })
+
+
+# Settings written only when they differ from their default: added after harnesses were stored, so writing
+# the default would change every stored version's canonical text and content hash.
+_WRITTEN_WHEN_SET = {"constrained_decoding": True}
+
+
+def _settings_document(spec: HarnessSpec) -> dict[str, Any]:
+    return {name: value for name, value in asdict(spec.settings).items()
+            if name not in _WRITTEN_WHEN_SET or value != _WRITTEN_WHEN_SET[name]}
 
 
 def _skill_md(skill: Skill) -> str:

@@ -159,6 +159,7 @@ def _parse_settings(fields: _Fields) -> Settings:
         language=fields.text("language", defaults.language),
         max_hook_retries=fields.integer("max_hook_retries", defaults.max_hook_retries),
         fallback_reply=fields.text("fallback_reply", defaults.fallback_reply),
+        constrained_decoding=fields.boolean("constrained_decoding", defaults.constrained_decoding),
     )
     fields.reject_unknown()
     return settings

@@ -86,6 +86,9 @@ class Settings:
     language: str = "en"
     max_hook_retries: int = 2
     fallback_reply: str = ""
+    # Decode only free text or calls of the tools (and loads of the skills) this harness declares, on
+    # backends that can constrain decoding (serving.backends: llama.cpp grammar, vLLM structural tags).
+    constrained_decoding: bool = True
 
     def __post_init__(self) -> None:
         # `deadline_s: 15` and `15.0` are the same setting; keep one form so

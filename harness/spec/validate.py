@@ -188,6 +188,8 @@ def _check_settings(settings: Settings) -> Iterator[SpecError]:
         yield _error(HARNESS_FILE, "settings.fallback_reply", "must be a string")
     elif "reply_max_chars" not in out_of_range and len(settings.fallback_reply) > settings.reply_max_chars:
         yield _error(HARNESS_FILE, "settings.fallback_reply", "is longer than settings.reply_max_chars")
+    if not isinstance(settings.constrained_decoding, bool):
+        yield _error(HARNESS_FILE, "settings.constrained_decoding", f"must be true or false, not {_shown(settings.constrained_decoding)}")
 
 
 def _check_variables(variables: Mapping[str, object]) -> Iterator[SpecError]:

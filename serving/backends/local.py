@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.model_protocol import BackendError, ModelResponse
+from harness.model_protocol import BackendError, ModelResponse, ToolConstraint
+from serving.backends import tool_grammar
 from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
 from serving.backends.registry import register_backend
 
@@ -106,9 +107,26 @@ def load_model(path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: 
         return _MODELS[key]
 
 
+# Grammars by (harness content hash, tool choice): the GBNF text is built once per harness version. llama.cpp
+# still parses it when a generation starts (llama_sampler_init_grammar); benchmarks/constrained_decode.py
+# measures what that and the per-token filtering cost.
+GRAMMARS = tool_grammar.ConstraintCache()
+
+
+def grammar_for(constraint: ToolConstraint, tools: list[dict[str, Any]], tool_choice: str) -> Any:
+    """The cached `LlamaGrammar` of `constraint`'s harness."""
+    def build() -> Any:
+        from llama_cpp import LlamaGrammar
+
+        return LlamaGrammar.from_string(tool_grammar.gbnf(tools, tool_choice=tool_choice), verbose=False)
+
+    return GRAMMARS.get((constraint.key, tool_choice), build)
+
+
 @register_backend("local")
 class LocalBackend:
     name = "local"
+    constrains_tool_calls = True  # the runtime passes the harness's ToolConstraint (a llama.cpp grammar here)
 
     def __init__(self, model_path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None):
         """The model loads on the first `complete()` (or `load()`), not here."""
@@ -127,17 +145,20 @@ class LocalBackend:
         max_tokens: int = 512,
         temperature: float = 0.0,
         tool_choice: str = "auto",
+        constraint: ToolConstraint | None = None,
     ) -> ModelResponse:
-        """Greedy at temperature 0. `tool_choice="none"` hides the tools; "required" and named choices
-        are not enforced (no constrained decoding here), the model just sees the tools."""
+        """Greedy at temperature 0. `tool_choice="none"` hides the tools. With a `constraint` (the harness's,
+        on by default) a llama.cpp grammar admits only free text or calls of the offered tools with
+        schema-valid arguments, and "required" admits only calls; without one, nothing is enforced."""
         started = time.perf_counter()
         offered = tools if tool_choice != "none" else []
         prompt = render_chatml(messages, offered)
+        grammar = grammar_for(constraint, offered, tool_choice) if constraint is not None and offered else None
         model = await asyncio.to_thread(self.load)
         cancelled = threading.Event()
         try:
             text, finish_reason, ttft_s, tokens_in, tokens_out, cached = await asyncio.to_thread(
-                _generate, model, prompt, max_tokens, temperature, cancelled, started)
+                _generate, model, prompt, max_tokens, temperature, cancelled, started, grammar)
         except asyncio.CancelledError:
             # The worker thread stops at its next token (a prompt being evaluated finishes first) and
             # releases the model; a thread still waiting for the model does not start.
@@ -149,12 +170,13 @@ class LocalBackend:
             latency_ms=(time.perf_counter() - started) * 1000,
             ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
             finish_reason="tool_calls" if calls else finish_reason,
-            raw={"model": model.path.name, "text": text, "cached_tokens": cached},
+            raw={"model": model.path.name, "text": text, "cached_tokens": cached, "constrained": grammar is not None},
         )
 
 
 def _generate(model: LoadedModel, prompt: str, max_tokens: int, temperature: float,
-              cancelled: threading.Event, started: float) -> tuple[str, str, float | None, int, int, int]:
+              cancelled: threading.Event, started: float, grammar: Any = None
+              ) -> tuple[str, str, float | None, int, int, int]:
     """Runs in a worker thread: (text, finish reason, seconds to first token, tokens in, tokens out, prompt
     tokens served from the KV cache)."""
     with model.lock:
@@ -172,7 +194,8 @@ def _generate(model: LoadedModel, prompt: str, max_tokens: int, temperature: flo
         try:
             # Passing tokens, not text, so what is counted is what is evaluated.
             for chunk in llama.create_completion(prompt_tokens, max_tokens=min(max_tokens, room),
-                                                 temperature=temperature, stop=[IM_END], stream=True):
+                                                 temperature=temperature, stop=[IM_END], stream=True,
+                                                 grammar=grammar):
                 if cancelled.is_set():
                     finish_reason = "cancelled"
                     break

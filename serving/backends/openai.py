@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 
 from harness.http_pool import LoopSessions, proxy_for, ssl_context
-from harness.model_protocol import BackendError, ModelResponse, ToolCall
+from harness.model_protocol import BackendError, ModelResponse, ToolCall, ToolConstraint
+from serving.backends import tool_grammar
 from serving.backends.registry import register_backend
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -50,9 +51,20 @@ class _RetryableError(Exception):
     """A failed attempt that another attempt may fix (connect error, 429, 5xx)."""
 
 
+# Structural tags by (harness content hash, tool choice), built once per harness version.
+STRUCTURAL_TAGS = tool_grammar.ConstraintCache()
+
+
 @register_backend("openai")
 class OpenAIBackend:
+    """With a harness's `ToolConstraint` (on by default), a request carries vLLM's structured-output
+    `response_format` of type `structural_tag`: text stays free until `<tool_call>`, and then only a call of
+    a declared tool with schema-valid arguments can follow (`serving.backends.tool_grammar`). vLLM applies it
+    with its structured-outputs backend (xgrammar by default) and its hermes parser still reads the calls.
+    `constrain=False` leaves it out, for servers without structured outputs."""
+
     name = "openai"
+    constrains_tool_calls = True
 
     def __init__(
         self,
@@ -65,6 +77,7 @@ class OpenAIBackend:
         extra_body: dict[str, Any] | None = None,
         *,
         backoff_s: float = 0.25,
+        constrain: bool = True,
     ):
         """`base_url` includes the API prefix (`http://host:8000/v1`), as with the openai client.
         `extra_body` is merged into every request (e.g. `chat_template_kwargs`, `cache_salt`).
@@ -77,6 +90,7 @@ class OpenAIBackend:
         self.stream = stream
         self.extra_body = dict(extra_body or {})
         self.backoff_s = backoff_s
+        self.constrains_tool_calls = constrain
 
     def _http(self) -> aiohttp.ClientSession:
         """The running loop's pooled session for this server's timeout and key."""
@@ -84,13 +98,16 @@ class OpenAIBackend:
 
     def request_body(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int,
-        temperature: float, tool_choice: str,
+        temperature: float, tool_choice: str, constraint: ToolConstraint | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
                                 "temperature": temperature, "stream": self.stream}
         if tools:  # vLLM refuses tool_choice without tools
             body["tools"] = tools
             body["tool_choice"] = tool_choice
+            if constraint is not None and self.constrains_tool_calls and tool_choice != "none":
+                body["response_format"] = STRUCTURAL_TAGS.get(
+                    (constraint.key, tool_choice), lambda: tool_grammar.structural_tag(tools, tool_choice=tool_choice))
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         body.update(self.extra_body)
@@ -104,9 +121,10 @@ class OpenAIBackend:
         max_tokens: int = 512,
         temperature: float = 0.0,
         tool_choice: str = "auto",
+        constraint: ToolConstraint | None = None,
     ) -> ModelResponse:
         body = self.request_body(messages, tools, max_tokens=max_tokens, temperature=temperature,
-                                 tool_choice=tool_choice)
+                                 tool_choice=tool_choice, constraint=constraint)
         # Encoded once for every attempt, as httpx encoded a JSON body: compact, UTF-8, no NaN.
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         started = time.perf_counter()  # latency and ttft include retries: what the caller waited
