@@ -5,6 +5,7 @@ a cancel stops the job at its next step and keeps what it registered."""
 import signal
 
 import pytest
+from django.urls import reverse
 
 from tests.live_servers import requires_services, start_worker, stop, wait_for
 from tests.training.jobs_builders import mini_harness, sft, tiny_config
@@ -24,7 +25,19 @@ def worker_env(tmp_path) -> dict:
 
 
 @pytest.mark.timeout(2400)  # real training steps on a shared 2-core machine
-def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_fixture, tmp_path):
+# The job comes back either way: the broker hands the unacknowledged message back once its visibility timeout has
+# passed (3 s here), or, with the timeout an hour away as deployed, the next worker to start queues the job whose
+# heartbeat stopped (training.tasks.resume_stalled_jobs).
+@pytest.mark.parametrize("second_visibility_s", ["3", "3600"], ids=["broker-hands-it-back", "next-worker-queues-it"])
+def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_fixture, tmp_path, client, members,
+                                                        settings, second_visibility_s):
+    settings.TRAINING_LEASE_S = 4  # as the workers'
+    client.force_login(members["viewer"])
+
+    def note() -> str:
+        page = client.get(reverse("training_job_detail", kwargs={"ws": workspace.slug, "job_id": job.pk}))
+        return page.content.decode().split('id="worker-note">', 1)[1].split("</p>", 1)[0]
+
     job = services.job_create(actor=SYSTEM, workspace=workspace, name="resume", config=tiny_config(sft(4, save_steps=2)),
                               harness_versions=[mini_harness(workspace).head], simulator={"seed": 1, "size": 4},
                               start=False)
@@ -41,8 +54,12 @@ def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_f
     assert job.status == "running" and job.attempts == 1
     last_before = TrainingMetric.objects.filter(job=job).latest("id")
     assert last_before.step < 4
+    # The job page tells a stopped worker (no heartbeat past the lease) from a working one.
+    wait_for(lambda: "the worker stopped" in note(), 30, "the page to say the worker stopped")
+    assert note().startswith("No heartbeat from its worker for ")
 
-    second = start_worker(queues="gpu", **worker_env(tmp_path))
+    second = start_worker(queues="gpu", **{**worker_env(tmp_path),
+                                           "HARNESSOPS_BROKER_VISIBILITY_TIMEOUT_S": second_visibility_s})
     try:
         wait_for(lambda: TrainingJob.objects.get(pk=job.pk).status not in ("queued", "running"), 900,
                  "the redelivered job to finish")
@@ -51,6 +68,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_f
     job.refresh_from_db()
     assert job.status == "done", job.error
     assert job.attempts == 2 and any("resuming (attempt 2)" in line for line in job.log_tail)
+    assert note() == "Resumed from its last checkpoint: its worker stopped 1 time (attempt 2)."
     resumed = list(TrainingMetric.objects.filter(job=job, id__gt=last_before.id).values_list("step", flat=True))
     # Resumed from a checkpoint (step 2 or later), not started over at step 1.
     assert resumed and resumed[0] >= 3 and resumed[-1] == 4
