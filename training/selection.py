@@ -55,12 +55,11 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_mo
 
 class GreedyBackend:
     """A transformers model as a `ModelBackend`: prompts rendered as served (`render_chatml`, Hermes tool calls),
-    greedy decoding, at most `max_new_tokens` a call."""
+    greedy decoding, at most `max_new_tokens` a call where given (validation's CPU-time bound). The HAT
+    experiment's transformers engine (`training.hat.evaluate`) is this backend too."""
 
-    name = "validation"
-
-    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int):
-        self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
+    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int | None = None, name: str = "validation"):
+        self.model, self.tokenizer, self.max_new_tokens, self.name = model, tokenizer, max_new_tokens, name
         self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
 
     def generate(self, prompt: str, max_new_tokens: int) -> str:
@@ -75,7 +74,7 @@ class GreedyBackend:
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
                        temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
-        budget = min(max_tokens, self.max_new_tokens)
+        budget = max_tokens if self.max_new_tokens is None else min(max_tokens, self.max_new_tokens)
         text = await asyncio.to_thread(self.generate, render_chatml(messages, tools), budget)
         content, calls = parse_tool_calls(text) if tools else (text.strip(), ())
         return ModelResponse(content=content, tool_calls=calls, tokens_in=0, tokens_out=0,

@@ -32,33 +32,8 @@ from harness.runtime import RoomContext, TurnInput, run_turn
 from harness.simulator import SandboxTools
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec
-from serving.backends.hermes import IM_END, parse_tool_calls, render_chatml
+from training.selection import GreedyBackend
 from training.trajectories import TRAINING_NOW
-
-
-class GreedyBackend:
-    """Greedy decoding from a transformers model (module docstring)."""
-
-    name = "hat-eval"
-
-    def __init__(self, model: Any, tokenizer: Any):
-        self.model, self.tokenizer = model, tokenizer
-        self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
-
-    def generate(self, prompt: str, max_new_tokens: int) -> str:
-        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.model.device)
-        with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                      max_new_tokens=max_new_tokens, eos_token_id=self.end_id,
-                                      pad_token_id=self.tokenizer.pad_token_id)
-        return self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=False).split(IM_END)[0]
-
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
-                       temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
-        text = await asyncio.to_thread(self.generate, render_chatml(messages, tools), max_tokens)
-        content, calls = parse_tool_calls(text) if tools else (text.strip(), ())
-        return ModelResponse(content=content, tool_calls=calls, tokens_in=0, tokens_out=0,
-                             finish_reason="tool_calls" if calls else "stop")
 
 
 class Capped:
@@ -88,7 +63,7 @@ def eval_backend(model_dir: str, *, engine: str, device: str = "cpu", threads: i
             export_gguf(model_dir, target, template=gguf_path())
         return LocalBackend(target, n_ctx=4096, n_threads=threads)
     if engine == "transformers":
-        return GreedyBackend(*load_for_eval(model_dir, device=device))
+        return GreedyBackend(*load_for_eval(model_dir, device=device), name="hat-eval")
     raise ValueError(f"engine must be llama.cpp or transformers, not {engine!r}")
 
 
