@@ -5,6 +5,7 @@ from collections import defaultdict
 from django.http import Http404
 
 from evaluation.models import EvalResult, EvalRun, EvalSet, EvalSetVersion
+from serving.selectors import version_usage
 from workspaces.models import Workspace
 
 
@@ -154,7 +155,8 @@ def run_replay(run: EvalRun) -> dict:
 
 def version_evidence(versions) -> list[dict]:
     """Per harness version (in the given order): its latest finished eval run and its latest comparison as the
-    candidate (the gate's verdict), for the label panel. Two queries whatever the number of versions."""
+    candidate (the gate's verdict), and its live replies' tokens and latency, for the label panel. Three queries
+    whatever the number of versions."""
     from evaluation.models import RunComparison
 
     versions = list(versions)
@@ -166,4 +168,6 @@ def version_evidence(versions) -> list[dict]:
     for comparison in (RunComparison.objects.filter(candidate__harness_version_id__in=ids)
                        .select_related("candidate").order_by("-created_at", "-id")):
         latest_comparison.setdefault(comparison.candidate.harness_version_id, comparison)
-    return [{"version": v, "run": latest_run.get(v.pk), "comparison": latest_comparison.get(v.pk)} for v in versions]
+    live = version_usage(ids)  # tokens and latency of its live replies, beside the eval's accuracy
+    return [{"version": v, "run": latest_run.get(v.pk), "comparison": latest_comparison.get(v.pk),
+             "live": live.get(v.pk)} for v in versions]

@@ -73,6 +73,7 @@ class Trace(models.Model):
     model_calls = models.PositiveIntegerField(default=0)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    tokens_cached = models.PositiveIntegerField(default=0, help_text="of tokens_in, served from the prefix cache")
     hooks_fired = models.JSONField(default=list)
     judge_accuracy = models.FloatField(null=True, blank=True, help_text="live-traffic judge, when sampled")
     judge_effectiveness = models.FloatField(null=True, blank=True)

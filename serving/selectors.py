@@ -261,3 +261,31 @@ def trace_sent_request(trace: Trace) -> dict[str, Any] | None:
     parts = dict(PromptPart.objects.filter(workspace_id=trace.workspace_id, digest__in=digests)
                  .values_list("digest", "content")) if digests else {}
     return joined_request(request, parts)
+
+
+# Live replies a version's token and latency figures read: its most recent ones (one query for all versions).
+VERSION_USAGE_WINDOW = 2000
+
+
+def version_usage(version_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Per harness version: P50/P95 of the tokens a turn (harness.runtime.latency.token_stats) and of the latency
+    of its latest VERSION_USAGE_WINDOW replies through the API. Versions without replies are left out."""
+    from django.db.models import F, Window
+    from django.db.models.functions import RowNumber
+
+    from harness.runtime.latency import percentile, token_stats
+
+    rows = (Trace.objects.filter(harness_version_id__in=version_ids, source=Trace.Source.API)
+            .annotate(recent=Window(RowNumber(), partition_by=[F("harness_version_id")],
+                                    order_by=F("created_at").desc()))
+            .filter(recent__lte=VERSION_USAGE_WINDOW)
+            .values("harness_version_id", "latency_ms", "tokens_in", "tokens_cached", "tokens_out"))
+    by_version: dict[int, list[dict]] = {}
+    for row in rows:
+        by_version.setdefault(row["harness_version_id"], []).append(row)
+    usage = {}
+    for version_id, turns in by_version.items():
+        latencies = [turn["latency_ms"] for turn in turns]
+        usage[version_id] = {**token_stats(turns), "latency_p50_ms": percentile(latencies, 50),
+                             "latency_p95_ms": percentile(latencies, 95)}
+    return usage

@@ -156,6 +156,7 @@ def trace_row(*, workspace_id: int, data: dict, source: str, harness_id: int | N
         arm=data.get("arm", "")[:100], backend=data.get("backend", "")[:50], outcome=data["outcome"],
         silent=data["silent"], message=data["input"]["message"], reply=data["reply"], latency_ms=data["duration_ms"],
         model_calls=data["model_calls"], tokens_in=data["tokens_in"], tokens_out=data["tokens_out"],
+        tokens_cached=data.get("tokens_cached", 0),
         hooks_fired=data["hooks_fired"], data=data, created_at=datetime.fromtimestamp(data["started_at"], UTC),
     )
     row.data_json = text  # `data` encoded once: the lone insert sends this text (`_insert_values`)
@@ -264,7 +265,7 @@ async def trace_store_on_loop(row: Trace) -> None:
 
 
 _writers: dict = {}  # event loop → its trace writer
-GATHERED_MAX = 64  # rows in one insert (24 parameters each)
+GATHERED_MAX = 64  # rows in one insert (25 parameters each)
 
 
 async def _gathered_stored(rows: list[Trace]) -> list:

@@ -78,6 +78,8 @@ def harness_detail(request, name: str):
         "draft": selectors.draft_for(harness, request.user),
         "evidence": version_evidence(versions),
     }
+    context["usage_chart"] = [{"version": f"v{row['version'].number}", **row["live"]}
+                              for row in reversed(context["evidence"]) if row["live"]]
     if request.htmx and request.GET.get("partial") == "labels":
         return render(request, "harness/detail.html#labels", context)
     return render(request, "harness/detail.html", context)

@@ -4,7 +4,9 @@
 - TTFT: time to the first token of the turn's first model call that streamed, P50/P95;
 - decode tokens/s: Σ tokens_out / Σ (latency − TTFT) over model calls that report both;
 - execution success: share of turns that ended `replied` or `silent` (no fallback, deadline or error);
-- within deadline: share of turns whose wall latency is at most `deadline_s` (15 s by default).
+- within deadline: share of turns whose wall latency is at most `deadline_s` (15 s by default);
+- tokens a turn: prompt, cached (of the prompt, from the backend's prefix cache) and completion tokens summed over
+  the turn's model calls, P50/P95 (`token_stats`).
 """
 
 from __future__ import annotations
@@ -48,14 +50,35 @@ def latency_histogram(values: Iterable[float], bands: tuple[int, ...] = LATENCY_
 
 
 MIN_DECODE_S = 0.001
+TOKEN_KINDS = (("prompt", "tokens_in"), ("cached", "tokens_cached"), ("completion", "tokens_out"))
+
+
+def token_stats(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """P50/P95 of each kind of tokens a turn, over `rows` (traces, or rows with the same keys): `n`, and
+    `prompt_p50`, `prompt_p95`, `cached_p50`, … (None without rows). A trace stored before cached tokens were
+    counted has none: 0."""
+    values: dict[str, list[float]] = {kind: [] for kind, _ in TOKEN_KINDS}
+    n = 0
+    for row in rows:
+        if "tokens_in" not in row:  # not an agent turn (an IFEval record keeps its own)
+            continue
+        n += 1
+        for kind, key in TOKEN_KINDS:
+            values[kind].append(float(row.get(key) or 0))
+    stats: dict[str, Any] = {"n": n}
+    for kind, found in values.items():
+        stats[f"{kind}_p50"], stats[f"{kind}_p95"] = percentile(found, 50), percentile(found, 95)
+    return stats
 
 
 def replay_stats(traces: Iterable[Mapping[str, Any]], *, deadline_s: float = 15.0) -> dict[str, Any]:
     walls, ttfts, decode_tokens, decode_seconds, successes, n = [], [], 0, 0.0, 0, 0
+    turns = []
     for trace in traces:
         if "duration_ms" not in trace:  # not an agent trace (e.g. an IFEval record)
             continue
         n += 1
+        turns.append(trace)
         walls.append(float(trace["duration_ms"]))
         if trace.get("ttft_ms") is not None:
             ttfts.append(float(trace["ttft_ms"]))
@@ -77,4 +100,5 @@ def replay_stats(traces: Iterable[Mapping[str, Any]], *, deadline_s: float = 15.
         "decode_tokens_per_s": decode_tokens / decode_seconds if decode_seconds else None,
         "success_rate": successes / n if n else None,
         "within_deadline": sum(w <= deadline_s * 1000 for w in walls) / n if n else None,
+        "tokens": token_stats(turns),
     }

@@ -1,6 +1,6 @@
 """The auto-stop guardrail: per-arm latency and live-judge scores, the thresholds, and the stop when one trips."""
 
-from harness.runtime.latency import latency_histogram, percentile
+from harness.runtime.latency import latency_histogram, percentile, token_stats
 from serving.experiments import statistics as stats
 from serving.experiments.lifecycle import experiment_arm_label, experiment_stop
 from serving.models import Experiment, Trace
@@ -28,7 +28,8 @@ def arm_guardrails(experiment: Experiment, arms) -> list[dict]:
     for arm in arms:
         traces = Trace.objects.filter(workspace=experiment.workspace, arm=experiment_arm_label(experiment.key, arm.name),
                                       created_at__gte=since).order_by("-created_at")
-        latencies = list(traces.values_list("latency_ms", flat=True)[:GUARDRAIL_WINDOW])
+        turns = list(traces.values("latency_ms", "tokens_in", "tokens_cached", "tokens_out")[:GUARDRAIL_WINDOW])
+        latencies = [turn["latency_ms"] for turn in turns]
         verdicts = list(traces.exclude(judge_version="").values_list("judge_accuracy", "judge_effectiveness")
                         [:GUARDRAIL_WINDOW])
         judged = [(a, e) for a, e in verdicts if a is not None]
@@ -37,6 +38,7 @@ def arm_guardrails(experiment: Experiment, arms) -> list[dict]:
             "latency_p50_ms": percentile(latencies, 50), "latency_p95_ms": percentile(latencies, 95),
             "within_deadline": sum(v <= 15_000 for v in latencies) / len(latencies) if latencies else None,
             "latency_histogram": latency_histogram(latencies),
+            "tokens": token_stats(turns),
             "judged": len(judged), "abstained": len(verdicts) - len(judged),
             "accuracy": sum(a for a, _ in judged) / len(judged) if judged else None,
             "effectiveness": sum(e for _, e in judged) / len(judged) if judged else None,
