@@ -59,6 +59,7 @@ urlpatterns = [
     path(ws + "evolution/diagnoses/<int:diagnosis_id>/", evolution.diagnosis_detail, name="diagnosis_detail"),
     path(ws + "evolution/diagnoses/<int:diagnosis_id>/round/", evolution.round_create, name="evolution_round_create"),
     path(ws + "evolution/rounds/<int:round_id>/evaluate/", evolution.round_evaluate, name="evolution_round_evaluate"),
+    path(ws + "evolution/rounds/<int:round_id>/promote/", evolution.round_promote, name="evolution_round_promote"),
     path(ws + "evolution/proposals/<int:proposal_id>/<str:action>/", evolution.proposal_action,
          name="evolution_proposal_action"),
     path(ws + "traces/<str:trace_id>/", serving.trace_detail, name="trace_detail"),
@@ -86,5 +87,6 @@ urlpatterns = [
     path(h + "labels/move/", harness.label_move, name="label_move"),
     path(h + "evolution/", evolution.evolution_history, name="evolution_history"),
     path(h + "evolution/diagnose-live/", evolution.live_diagnosis_request, name="evolution_diagnose_live"),
+    path(h + "evolution/keep/", evolution.keep, name="evolution_keep"),
     path(h + "labels/<ident:label>/rollback/", harness.label_rollback, name="label_rollback"),
 ]

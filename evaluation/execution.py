@@ -97,10 +97,13 @@ async def evaluate_case(*, suite: str, data: Mapping[str, Any], spec: HarnessSpe
                 scores.pop("perturbation_resisted", None)
     if not verdict.abstained:
         scores.update(accuracy=float(verdict.accuracy), effectiveness=float(verdict.effectiveness))
+    trace = result.trace
+    if verdict.votes:  # each judge's own say, so a diagnosis can see judges disagree or abstain
+        trace = {**trace, "judge_votes": [{"judge": j, "accuracy": a} for j, a in verdict.votes]}
     return CaseOutcome(accuracy=None if verdict.abstained else float(verdict.accuracy),
                        effectiveness=None if verdict.abstained else float(verdict.effectiveness),
                        judge_version=verdict.judge, outcome=result.outcome, latency_ms=result.latency_ms,
-                       reply=result.reply, trace=result.trace, scores=scores, reasons=tuple(verdict.reasons),
+                       reply=result.reply, trace=trace, scores=scores, reasons=tuple(verdict.reasons),
                        abstained=verdict.abstained, judge_models=tuple(verdict.model_ids),
                        judge_hash=verdict.judge_hash)
 

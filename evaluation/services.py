@@ -441,13 +441,38 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
         await close_shared_clients()  # this run's loop ends here: close its pooled HTTP clients
 
 
+def cases_evaluate(*, run: EvalRun, files: dict[str, str], case_ids) -> dict[str, tuple[float | None, float | None]]:
+    """Evaluate some of `run`'s cases again on other harness files (same set, backend, judge and tool hosts),
+    storing nothing: case id → (accuracy, effectiveness), None for an abstention. For what-if questions
+    (leave-one-out attribution, trying a proposed edit); a case that errors counts as failed, as in a run."""
+    from harness.spec import parse_files
+
+    spec = parse_files(files)
+    cases = list(EvalCase.objects.filter(set_version=run.set_version, case_id__in=list(case_ids)).order_by("id"))
+    judge = resolve_judge(run.judge, run.backend)
+    suite = run.set_version.eval_set.suite
+    http_policy = HttpPolicy(allowed_hosts=tuple(run.workspace.tool_hosts or ()))
+    found: dict[str, tuple[float | None, float | None]] = {}
+
+    def collect(item) -> None:
+        case, outcome = item
+        found[case.case_id] = (outcome.accuracy, outcome.effectiveness)
+
+    asyncio.run(_evaluate_all(run, cases, spec, judge, suite, collect, threading.Event(), http_policy))
+    return found
+
+
 DEFAULT_GATE = {"metrics": ["accuracy", "effectiveness"], "max_drop": 0.02, "confidence": 0.95, "method": "bootstrap",
                 "rule": "non_inferiority", "min_cases": 30, "max_safety_net_share": 0.5}
 SAFETY_NETS = ("fallback", "deadline", "error")
 
 
-def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, gate: dict | None = None):
-    """Compare two finished runs of the same set version and apply the regression gate; stored and audited."""
+def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, gate: dict | None = None,
+                      case_ids=None, split: str = ""):
+    """Compare two finished runs of the same set version and apply the regression gate; stored and audited.
+
+    `case_ids` restricts the comparison (and the gate) to those cases, e.g. an evolution run's gate split;
+    they are kept in the stored rule with `split` naming them, so the page says which cases were compared."""
     from evaluation.metrics.compare import RULES, RegressionGate, compare_runs
     from evaluation.models import RunComparison
 
@@ -474,13 +499,17 @@ def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, ga
     if rule["rule"] not in RULES:
         raise EvalError(f"The gate rule must be one of {', '.join(RULES)}.")
     rule.update(max_drop=max_drop, confidence=confidence, min_cases=min_cases)
+    only = set(case_ids) if case_ids is not None else None
+    if only is not None:
+        rule.update(split=split or "chosen cases", case_ids=sorted(only))
 
     def per_case(run: EvalRun) -> dict:
         # An abstention leaves accuracy/effectiveness None: unpaired, never compared as a 0.
         return {case_id: {**scores, "accuracy": acc, "effectiveness": eff,
                           "safety_net": float(outcome in SAFETY_NETS)}
                 for case_id, acc, eff, scores, outcome in run.results.values_list(
-                    "case__case_id", "accuracy", "effectiveness", "scores", "outcome")}
+                    "case__case_id", "accuracy", "effectiveness", "scores", "outcome")
+                if only is None or case_id in only}
 
     a, b = per_case(baseline), per_case(candidate)
     gate = RegressionGate(metrics=tuple(rule["metrics"]), max_drop=max_drop, confidence=confidence,
@@ -495,8 +524,11 @@ def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, ga
                       "ci_low": m.ci_low, "ci_high": m.ci_high, "mcnemar_p": m.mcnemar_p,
                       "regressed": list(m.regressed), "improved": list(m.improved), "unpaired": list(m.unpaired)}
                for name, m in comparison.metrics.items() if name in reported}
-    abstained = {"baseline": baseline.results.filter(abstained=True).count(),
-                 "candidate": candidate.results.filter(abstained=True).count()}
+    def abstentions(run: EvalRun) -> int:
+        rows = run.results.filter(abstained=True)
+        return (rows if only is None else rows.filter(case__case_id__in=only)).count()
+
+    abstained = {"baseline": abstentions(baseline), "candidate": abstentions(candidate)}
     with transaction.atomic():
         stored = RunComparison.objects.create(
             workspace=candidate.workspace, baseline=baseline, candidate=candidate, gate=rule, passed=verdict.passed,

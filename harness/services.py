@@ -13,7 +13,7 @@ from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.routing import routing_changed
 from harness.selectors import binding_targets
 from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
-from workspaces.access import APPROVE, WRITE, Actor, require
+from workspaces.access import APPROVE, PROPOSE, WRITE, Actor, require
 from workspaces.identifiers import check_identifier
 from workspaces.models import Workspace
 from workspaces.services import archived_set, audit_record
@@ -81,7 +81,7 @@ def version_commit(
         if head is not None and head.content_hash == digest:
             return CommitResult(version=head, created=False)
         version = HarnessVersion.objects.create(
-            harness=locked, number=(head.number if head else 0) + 1, content_hash=digest, files=canonical,
+            harness=locked, number=_next_number(locked), content_hash=digest, files=canonical,
             parent=head, author_kind=actor.kind, author_label=actor.label, author_user_id=actor.user_id,
             message=message,
         )
@@ -94,6 +94,66 @@ def version_commit(
                      before={"head": head.number if head else None, "hash": head.content_hash if head else None},
                      after={"head": version.number, "hash": digest, "message": message})
     return CommitResult(version=version, created=True)
+
+
+def _next_number(harness: Harness) -> int:
+    """After the highest number so far: candidate versions off the head take numbers too."""
+    last = HarnessVersion.objects.filter(harness=harness).order_by("-number").values_list("number", flat=True).first()
+    return (last or 0) + 1
+
+
+def version_commit_candidate(*, actor: Actor, harness: Harness, files: dict[str, str], base_version: HarnessVersion,
+                             message: str) -> HarnessVersion:
+    """Commit `files` as a child of `base_version` WITHOUT moving the head: a candidate that no label points at
+    and that nothing serves until a person promotes it (`head_promote`). Needs only the propose permission,
+    which the AI actor holds. Identical content to the base is refused (nothing to try)."""
+    require(actor, harness.workspace, PROPOSE)
+    if base_version.harness_id != harness.pk:
+        raise StoreError("That version belongs to another harness.")
+    message = _clean_message(message)
+    spec = parse_files(files, bindings=binding_targets(harness.name))
+    canonical, digest = to_files(spec), content_hash(spec)
+    if digest == base_version.content_hash:
+        raise StoreError(f"The candidate is identical to v{base_version.number}: nothing changed.")
+    with transaction.atomic():
+        locked = Harness.objects.select_for_update().get(pk=harness.pk)
+        version = HarnessVersion.objects.create(
+            harness=locked, number=_next_number(locked), content_hash=digest, files=canonical, parent=base_version,
+            author_kind=actor.kind, author_label=actor.label, author_user_id=actor.user_id, message=message)
+        audit_record(actor=actor, workspace=harness.workspace, action="version.commit", target_type="harness_version",
+                     target_id=version.pk, target_label=str(version),
+                     before={"head": locked.head.number if locked.head else None},
+                     after={"candidate": version.number, "parent": base_version.number, "hash": digest,
+                            "message": message, "head_moved": False})
+    return version
+
+
+def head_promote(*, actor: Actor, harness: Harness, version: HarnessVersion, reason: str) -> HarnessVersion:
+    """Make a candidate (a child of the current head) the head: a fast-forward by a person with write access,
+    audited. A candidate whose parent is no longer the head is refused (it would drop what was committed)."""
+    require(actor, harness.workspace, WRITE)
+    reason = (reason or "").strip()
+    if not reason:
+        raise StoreError("Say why the candidate becomes the head (the reason is kept in the audit log).")
+    with transaction.atomic():
+        locked = Harness.objects.select_for_update().get(pk=harness.pk)
+        head = locked.head
+        if version.harness_id != locked.pk:
+            raise StoreError("That version belongs to another harness.")
+        if head is not None and head.pk == version.pk:
+            raise StoreError(f"v{version.number} is already the head.")
+        if version.parent_id != locked.head_id:
+            raise StoreError(f"v{version.number} was made from v{version.parent.number if version.parent else '?'}, "
+                             f"but the head is now v{head.number if head else '?'}: diagnose the head again.")
+        locked.head = version
+        locked.save(update_fields=["head"])
+        routing_changed(locked.pk)
+        harness.head = version
+        audit_record(actor=actor, workspace=harness.workspace, action="version.promote",
+                     target_type="harness_version", target_id=version.pk, target_label=str(version),
+                     before={"head": head.number if head else None},
+                     after={"head": version.number, "reason": reason[:500]})
+    return version
 
 
 def harness_create(

@@ -15,16 +15,20 @@ from workspaces.models import ActorKind, Membership, Role, Workspace
 from workspaces.tokens import current_tokens, token_replaced
 
 READ, WRITE, APPROVE, ADMIN, INGEST = "read", "write", "approve", "admin", "ingest"
+# Committing a version off the head (a candidate no label points at) and writing proposals: all the AI actor
+# may do besides reading. Writing implies it, so people and keys that may write may also propose.
+PROPOSE = "propose"
 
 ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
     Role.VIEWER: frozenset({READ}),
-    Role.OPERATOR: frozenset({READ, WRITE}),
-    Role.APPROVER: frozenset({READ, WRITE, APPROVE}),
-    Role.ADMIN: frozenset({READ, WRITE, APPROVE, ADMIN}),
+    Role.OPERATOR: frozenset({READ, WRITE, PROPOSE}),
+    Role.APPROVER: frozenset({READ, WRITE, PROPOSE, APPROVE}),
+    Role.ADMIN: frozenset({READ, WRITE, PROPOSE, APPROVE, ADMIN}),
 }
 API_KEY_SCOPES = (READ, WRITE, APPROVE, INGEST)
 # A key's scopes imply the weaker ones, as roles do: writing needs reading what you write.
-_SCOPE_IMPLIES = {READ: {READ}, WRITE: {READ, WRITE}, APPROVE: {READ, WRITE, APPROVE}, INGEST: {INGEST}}
+_SCOPE_IMPLIES = {READ: {READ}, WRITE: {READ, WRITE, PROPOSE}, APPROVE: {READ, WRITE, PROPOSE, APPROVE},
+                  INGEST: {INGEST}}
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,25 @@ class Actor:
     def system(cls, label: str = "system") -> "Actor":
         return cls(kind=ActorKind.SYSTEM, label=label)
 
+    @classmethod
+    def ai(cls, label: str, workspace: Workspace) -> "Actor":
+        """The AI author of proposals and candidate versions: it reads and proposes in one workspace, and
+        nothing else (no head or label moves, no members or keys). Its label starts with "ai:"."""
+        label = label if label.startswith("ai:") else f"ai:{label}"
+        return cls(kind=ActorKind.SYSTEM, label=label[:200], workspace_id=workspace.pk,
+                   scopes=frozenset({READ, PROPOSE}))
+
+    @property
+    def limited(self) -> bool:
+        """A system actor with fixed scopes (the AI): it holds those, not the system's full powers."""
+        return self.kind == ActorKind.SYSTEM and bool(self.scopes)
+
 
 def capabilities(actor: Actor, workspace: Workspace) -> frozenset[str]:
+    if actor.limited:
+        return actor.scopes if actor.workspace_id == workspace.pk else frozenset()
     if actor.kind == ActorKind.SYSTEM:
-        return ROLE_CAPABILITIES[Role.ADMIN] | {INGEST}
+        return ROLE_CAPABILITIES[Role.ADMIN] | {PROPOSE, INGEST}
     if actor.kind == ActorKind.API_KEY:
         return actor.scopes if actor.workspace_id == workspace.pk else frozenset()
     role = Membership.objects.filter(workspace=workspace, user_id=actor.user_id).values_list("role", flat=True).first()
@@ -67,7 +86,7 @@ def capabilities(actor: Actor, workspace: Workspace) -> frozenset[str]:
 
 def require_workspace_creator(actor: Actor) -> None:
     """Creating workspaces is for the system (seeding, CLI) and staff users, not a workspace role."""
-    if actor.kind == ActorKind.SYSTEM:
+    if actor.kind == ActorKind.SYSTEM and not actor.limited:
         return
     if actor.kind == ActorKind.USER:
         if get_user_model().objects.filter(pk=actor.user_id).filter(

@@ -248,7 +248,10 @@ def annotate(request):
             messages.error(request, str(exc))
         return redirect("annotate", ws=request.workspace.slug)
     queue = annotation_queue(request.workspace, request.user)
-    result = queue.first()
+    chosen = request.GET.get("result", "")
+    # A case picked elsewhere (a judge-suspect cluster's): that one first, if it is this workspace's.
+    result = (EvalResult.objects.filter(run__workspace=request.workspace, pk=int(chosen)).select_related("case")
+              .first() if chosen.isdigit() else None) or queue.first()
     return render(request, "evaluation/annotate.html", {"result": result, "remaining": queue.count(),
                                                         "case": result.case.data if result else None,
                                                         "trace": result.trace if result else None})

@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -28,7 +29,24 @@ ACTIONS = ("accept", "reject", "edit", "revert")
 def diagnosis_request(request, run_id: int):
     run = eval_selectors.run_get(request.workspace, run_id)
     try:
-        diagnosis = diagnosing.diagnosis_request(actor=request.actor, run=run)
+        seed, share, gate = (request.POST.get(k, "").strip() for k in ("seed", "gate_share", "gate_set"))
+        if seed and not seed.isdigit():
+            raise EvolutionError("The split seed must be a whole number from 0 to 2147483647.")
+        try:
+            gate_share = float(share) / 100 if share else diagnosing.DEFAULT_GATE_SHARE
+        except ValueError:
+            raise EvolutionError("The gate share must be a percentage between 10 and 90.") from None
+        gate_set = None
+        if gate:
+            set_name, _, number = gate.partition("@v")
+            try:
+                gate_set = eval_selectors.set_version_get(request.workspace, set_name,
+                                                          int(number) if number.isdigit() else 0)
+            except Http404:
+                raise EvolutionError(f"No eval set version “{gate}” to gate on.") from None
+        diagnosis = diagnosing.diagnosis_request(actor=request.actor, run=run,
+                                                 seed=int(seed) if seed else diagnosing.DEFAULT_SEED,
+                                                 gate_share=gate_share, gate_set=gate_set)
     except EvolutionError as exc:
         messages.error(request, str(exc))
         return redirect("eval_run_detail", ws=request.workspace.slug, run_id=run.pk)
@@ -166,6 +184,44 @@ def round_evaluate(request, round_id: int):
     except (EvolutionError, EvalError, Http404) as exc:
         messages.error(request, str(exc))
     return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=evolution_round.diagnosis_id)
+
+
+@require_POST
+@workspace_view(WRITE)
+def round_promote(request, round_id: int):
+    """A person makes the gated candidate the head (only one that passed the gate)."""
+    evolution_round = Round.objects.filter(pk=round_id, harness__workspace=request.workspace).select_related(
+        "candidate", "comparison", "harness").first()
+    if evolution_round is None:
+        raise Http404("No such round.")
+    try:
+        rounds.round_promote(actor=request.actor, evolution_round=evolution_round)
+        messages.success(request, f"v{evolution_round.candidate.number} is the head now.")
+    except EvolutionError as exc:
+        messages.error(request, str(exc))
+    return redirect("diagnosis_detail", ws=request.workspace.slug, diagnosis_id=evolution_round.diagnosis_id)
+
+
+@require_POST
+@workspace_view(WRITE)
+def keep(request, name: str):
+    """Point a label at the version stop advice says to keep (an audited label move)."""
+    harness = harness_selectors.harness_get(request.workspace, name)
+    number, label = request.POST.get("version", ""), request.POST.get("label", "").strip()
+    round_pk = request.POST.get("round", "")
+    try:
+        if not number.isdigit():
+            raise EvolutionError("Choose the version to keep.")
+        try:
+            version = harness_selectors.version_get(harness, int(number))
+        except Http404:
+            raise EvolutionError(f"“{harness.name}” has no version v{int(number)}.") from None
+        rounds.keep_version(actor=request.actor, harness=harness, version=version, label=label or "production",
+                            round_pk=int(round_pk) if round_pk.isdigit() else None)
+        messages.success(request, f"{label or 'production'} points at v{version.number} now.")
+    except (EvolutionError, PermissionDenied) as exc:
+        messages.error(request, str(exc))
+    return redirect("evolution_history", ws=request.workspace.slug, name=harness.name)
 
 
 @workspace_view()

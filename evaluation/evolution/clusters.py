@@ -249,6 +249,16 @@ def _judge_suspicion(cases: Sequence[CaseRecord], calibration: Mapping[str, floa
         example_id, found = sorted(contradicted.items())[0]
         reasons.append(f"the judge's reasons contradict the trace in {len(contradicted)} of {len(cases)} cases "
                        f"(e.g. {example_id}: {found[0]})")
+    # Any judge, not only the reference one: judges that disagree or abstain on a case, or a person's label
+    # that contradicts the verdict, say the evaluation of these cases is in doubt.
+    split = [r.case_id for r in cases if len({a for _, a in r.judge_votes if a is not None}) > 1]
+    abstaining = [r.case_id for r in cases if any(a is None for _, a in r.judge_votes)]
+    contradicted_by_people = [r.case_id for r in cases if r.human_accuracy is not None
+                              and round(r.human_accuracy) != round(r.accuracy)]
+    for ids, what in ((split, "the judges disagree"), (abstaining, "a judge abstained"),
+                      (contradicted_by_people, "a person's label contradicts the verdict")):
+        if ids and len(ids) >= config.suspect_share * len(cases):
+            reasons.append(f"{what} in {len(ids)} of {len(cases)} cases (e.g. {sorted(ids)[0]})")
     category = Counter(r.category for r in cases).most_common(1)[0][0]
     agreement = calibration.get(category)
     if agreement is not None and agreement < config.calibration_floor:

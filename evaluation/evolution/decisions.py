@@ -78,6 +78,16 @@ def _applied(files: dict, proposal: Proposal) -> dict:
     return edited
 
 
+def _holds(head: HarnessVersion, candidate: HarnessVersion) -> bool:
+    """Whether the head descends from (or is) the candidate: only then is the candidate's edit on the head."""
+    version, seen = head, 0
+    while version is not None and seen < 10_000:
+        if version.pk == candidate.pk:
+            return True
+        version, seen = version.parent, seen + 1
+    return False
+
+
 def proposal_revert(*, actor: Actor, proposal: Proposal) -> HarnessVersion:
     """Undo one accepted edit on top of the harness's head, as a new version by `actor`."""
     require(actor, proposal.diagnosis.workspace, WRITE)
@@ -85,6 +95,10 @@ def proposal_revert(*, actor: Actor, proposal: Proposal) -> HarnessVersion:
         raise EvolutionError("Only an edit that went into a candidate version can be reverted.")
     harness = proposal.diagnosis.harness
     head = harness_selectors.harness_get(proposal.diagnosis.workspace, harness.name).head
+    candidate = proposal.diagnosis.round.candidate
+    if not HarnessVersion.objects.filter(pk=head.pk).exists() or not _holds(head, candidate):
+        raise EvolutionError(f"v{candidate.number} was never promoted: the head (v{head.number}) does not hold "
+                             "this edit, so there is nothing to revert.")
     try:
         files = apply_diff(head.files, reverse_diff(proposal.diff))
     except PatchError as exc:

@@ -20,10 +20,11 @@ from evaluation.evolution.calibration import category_calibration
 from evaluation.evolution.errors import EvolutionError
 from evaluation.evolution.models import Cluster, Diagnosis, Proposal, Round
 from evaluation.evolution.records import MAX_LIVE_TRACES, case_records, judged, live_records, live_traces
-from evaluation.models import EvalResult, EvalRun
+from evaluation.evolution.splits import DEFAULT_GATE_SHARE, DEFAULT_SEED, stratified_split
+from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
-from workspaces.access import WRITE, Actor, require
+from workspaces.access import PROPOSE, WRITE, Actor, require
 from workspaces.jobs import enqueue, job_is_running
 from workspaces.services import audit_record
 
@@ -33,22 +34,53 @@ DIAGNOSE = "evolution.diagnose"  # the job's task name
 # in one transaction, so an interrupted attempt left nothing); one that stopped its worker this often fails.
 MAX_ATTEMPTS = 3
 MODEL_PROPOSALS_PER_DIAGNOSIS = 3  # the model proposer reads the top actionable clusters only
+PROPOSER_VARIANTS = 2  # answers asked of the proposer per cluster (the same answer twice counts once)
 MAX_LIVE_WINDOW = timedelta(days=31)
 
 
-def diagnosis_request(*, actor: Actor, run: EvalRun) -> Diagnosis:
-    """Queue a diagnosis of a finished run (the job starts after the transaction commits)."""
+def run_split(run: EvalRun, *, seed: int = DEFAULT_SEED, gate_share: float = DEFAULT_GATE_SHARE,
+              gate_set: EvalSetVersion | None = None) -> dict:
+    """The diagnosis and gate splits of a run's diagnosis, as stored on it: by default a seeded split of the
+    run's set stratified by category; or the run's whole set to diagnose and another set to gate on."""
+    if gate_set is not None:
+        from evaluation.evolution.rounds import check_gate_set
+
+        check_gate_set(run.workspace, gate_set)
+        if gate_set.pk == run.set_version_id:
+            raise EvolutionError("The gate set must differ from the diagnosed run's set: pick another eval set, "
+                                 "or leave the gate set empty for a seeded split of this one.")
+        return {"kind": "sets", "diagnosis_set": str(run.set_version), "gate_set": str(gate_set),
+                "gate_set_version": gate_set.pk}
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**31 - 1:
+        raise EvolutionError("The split seed must be a whole number from 0 to 2147483647.")
+    if not 0.1 <= gate_share <= 0.9:
+        raise EvolutionError("The gate share must be between 0.1 and 0.9.")
+    cases = run.set_version.cases.values_list("case_id", "category")
+    split = stratified_split(cases, seed=seed, gate_share=gate_share)
+    if not split.diagnosis or not split.gate:  # said on the diagnosis and the round, never silently
+        return {"kind": "", "reason": f"{run.set_version} has too few cases to split into a diagnosis and a gate "
+                                      "part", "set": str(run.set_version)}
+    return {"kind": "seeded", "seed": seed, "gate_share": gate_share, "set": str(run.set_version),
+            **split.to_dict()}
+
+
+def diagnosis_request(*, actor: Actor, run: EvalRun, seed: int = DEFAULT_SEED,
+                      gate_share: float = DEFAULT_GATE_SHARE, gate_set: EvalSetVersion | None = None) -> Diagnosis:
+    """Queue a diagnosis of a finished run (the job starts after the transaction commits). It reads only
+    the diagnosis split; the round's gate reads only the gate split (`run_split`, recorded on the diagnosis)."""
     require(actor, run.workspace, WRITE)
     if run.status != EvalRun.Status.DONE:
         raise EvolutionError("Only a finished (done) run can be diagnosed.")
     if run.set_version.eval_set.suite == "ifeval":
         raise EvolutionError("IFEval runs test the model, not the harness: there is nothing to diagnose.")
+    split = run_split(run, seed=seed, gate_share=gate_share, gate_set=gate_set)
     with transaction.atomic():
         diagnosis = Diagnosis.objects.create(
-            workspace=run.workspace, harness=run.harness, version=run.harness_version, run=run,
+            workspace=run.workspace, harness=run.harness, version=run.harness_version, run=run, split=split,
             created_by=actor.label, config={"proposer": settings.EVOLUTION_PROPOSER or None})
         audit_record(actor=actor, workspace=run.workspace, action="evolution.diagnose", target_type="diagnosis",
-                     target_id=diagnosis.pk, target_label=str(diagnosis), after={"run": run.pk})
+                     target_id=diagnosis.pk, target_label=str(diagnosis),
+                     after={"run": run.pk, "split": {k: v for k, v in split.items() if not k.endswith("_ids")}})
         transaction.on_commit(lambda: enqueue(DIAGNOSE, args=[diagnosis.pk], queue="cpu"))
     return diagnosis
 
@@ -112,8 +144,16 @@ def _history(diagnosis: Diagnosis) -> tuple[list[dict], list[float], set[str], l
              for r in Round.objects.filter(harness=diagnosis.harness, comparison__isnull=False)
              .select_related("comparison").order_by("created_at", "id")]
     rejected = Proposal.objects.filter(diagnosis__harness=diagnosis.harness, status=Proposal.Status.REJECTED)
+    # Rejections by the signature of the cluster they were for: they steer proposals for similar clusters only.
+    by_core: dict[str, list[str]] = {}
+    rules: dict[str, dict[str, str]] = {}
+    for core, generator, reason in rejected.filter(cluster__isnull=False).order_by("id").values_list(
+            "cluster__core", "generator", "reason"):
+        by_core.setdefault(core, []).append(reason)
+        if generator.startswith("rules:"):
+            rules.setdefault(core, {})[generator] = reason
     return previous, gains, set(rejected.values_list("fingerprint", flat=True)), \
-        list(rejected.values_list("reason", flat=True))
+        list(rejected.values_list("reason", flat=True)), {"by_core": by_core, "rules": rules}
 
 
 def diagnosis_worker_lost(diagnosis: Diagnosis) -> bool:
@@ -155,21 +195,31 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
             calibration = category_calibration(workspace=diagnosis.workspace, judge_versions=judges, pooled_as="live")
             abstained = live["abstained"]
         else:
-            records, live = case_records(diagnosis.run), None
+            # Only the diagnosis split: the gate split's cases judge the edits, so nothing may be fitted to them.
+            only = set(diagnosis.split["diagnosis_case_ids"]) if diagnosis.split.get("kind") == "seeded" else None
+            records, live = case_records(diagnosis.run, case_ids=only), None
             calibration = category_calibration(diagnosis.run)
-            abstained = EvalResult.objects.filter(run=diagnosis.run, accuracy__isnull=True).count()
+            abstentions = EvalResult.objects.filter(run=diagnosis.run, accuracy__isnull=True)
+            abstained = (abstentions if only is None else abstentions.filter(case__case_id__in=only)).count()
         spec = harness_selectors.version_spec(diagnosis.version)
-        previous, gains, rejected, reasons = _history(diagnosis)
+        previous, gains, rejected, reasons, steer = _history(diagnosis)
         config = DiagnosisConfig()
+        guard = _gate_texts(diagnosis)
         result = diagnose(records, spec, previous=previous, calibration=calibration, gains=gains,
-                          rejected=rejected, config=config)
+                          rejected=rejected, config=config, guard_texts=guard, rejected_rules=steer["rules"])
         proposals, proposer_runs = list(result.proposals), None
         if diagnosis.config.get("proposer"):
             made, proposer_runs = _model_proposals(diagnosis.config["proposer"], result.clustering.clusters, records,
-                                                   spec, reasons, rejected, case_texts(records), validate_proposal,
+                                                   spec, steer["by_core"], rejected, [*case_texts(records), *guard], validate_proposal,
                                                    config, proposer_spec=_proposer_spec(diagnosis.workspace))
             proposals += made
+        trials = None
+        if not diagnosis.is_live and any(p.valid for p in proposals):
+            proposals, trials = _try_and_keep(diagnosis, proposals, result.clustering.clusters)
+        ai = Actor.ai("ai:evolution (proposals)", diagnosis.workspace)
+        advice = {**result.advice.to_dict(), **keep_advice(diagnosis.harness, result.advice.stop)}
         with transaction.atomic():
+            require(ai, diagnosis.workspace, PROPOSE)  # the AI writes the proposals; it may do no more
             rows = {}
             for rank, cluster in enumerate(result.clustering.clusters, 1):
                 rows[cluster.cluster_id] = Cluster.objects.create(
@@ -184,20 +234,63 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
                 valid=p.valid) for p in proposals])
             clustering = result.clustering
             Diagnosis.objects.filter(pk=diagnosis_id).update(
-                status=Diagnosis.Status.DONE, finished_at=timezone.now(), advice=result.advice.to_dict(),
+                status=Diagnosis.Status.DONE, finished_at=timezone.now(), advice=advice,
                 config={**diagnosis.config, **config.to_dict(), "rejections_read": len(reasons),
                         "calibration": calibration},
                 summary={"total": clustering.total, "failures": clustering.failures, "noise": list(clustering.noise),
                          "groups": [{"key": key, "case_ids": list(ids)} for key, ids in clustering.groups],
                          "proposals": len(proposals), "valid": sum(p.valid for p in proposals), "attempts": attempts,
                          "abstained": abstained, **({"live": live} if live else {}),
-                         **({"proposer_runs": proposer_runs} if proposer_runs is not None else {})})
+                         **({"proposer_runs": proposer_runs} if proposer_runs is not None else {}),
+                         **({"trials": trials} if trials is not None else {}),
+                         "steered": {core: reasons for core, reasons in steer["by_core"].items()
+                                     if core in {c.core for c in clustering.clusters}}})
+            audit_record(actor=ai, workspace=diagnosis.workspace, action="evolution.propose",
+                         target_type="diagnosis", target_id=diagnosis.pk, target_label=str(diagnosis),
+                         after={"proposals": len(proposals), "valid": sum(p.valid for p in proposals),
+                                "generators": sorted({p.generator for p in proposals})})
     except Exception as exc:
         log.exception("diagnosis %s failed", diagnosis_id)
         Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.FAILED, error=str(exc)[:2000],
                                                          finished_at=timezone.now())
         raise
     return Diagnosis.Status.DONE
+
+
+def _try_and_keep(diagnosis: Diagnosis, proposals, clusters):
+    """Each valid proposal tried on a sample of its cluster's diagnosis cases (same model, judge and set as the
+    diagnosed run); per cluster and generator the best variant is kept."""
+    from evaluation.evolution.trials import try_and_keep
+    from evaluation.services import cases_evaluate
+
+    def evaluate(files, case_ids):
+        found = cases_evaluate(run=diagnosis.run, files=files, case_ids=case_ids)
+        return {cid: acc is not None and eff is not None and acc >= 1 and eff >= 1
+                for cid, (acc, eff) in found.items()}
+
+    return try_and_keep(proposals, clusters, dict(diagnosis.version.files), evaluate)
+
+
+def _gate_texts(diagnosis: Diagnosis) -> list[str]:
+    """The gate split's message texts: never read for proposing, only to refuse an edit that copies them."""
+    if diagnosis.is_live or diagnosis.split.get("kind") != "seeded":
+        return []
+    rows = diagnosis.run.set_version.cases.filter(case_id__in=diagnosis.split["gate_case_ids"]).values_list(
+        "data", flat=True)
+    return [str((data or {}).get("message", "")) for data in rows if (data or {}).get("message")]
+
+
+def keep_advice(harness: Harness, stop: bool) -> dict:
+    """When the advice is to stop: which version to keep (the best on the gate split so far) and its figures."""
+    if not stop:
+        return {}
+    from evaluation.evolution.selectors import best_round
+
+    best = best_round(harness)
+    if best is None:
+        return {}
+    return {"keep": {"version": best["version"], "round": best["round"], "accuracy": best["accuracy"],
+                     "ci": best["ci"], "split": best["split"]}}
 
 
 def _proposer_spec(workspace):
@@ -220,13 +313,18 @@ def _model_proposals(backend_name, clusters, records, spec, reasons, rejected, t
     from evaluation.evolution.proposer import HarnessProposer
     from serving.model_config import backend_for
 
-    proposer = HarnessProposer(lambda: backend_for(backend_name), spec=proposer_spec, rejections=reasons)
+    proposer = HarnessProposer(lambda: backend_for(backend_name), spec=proposer_spec, rejections_by_core=reasons)
     by_id = {r.case_id: r for r in records}
     targets = [c for c in clusters if not c.judge_suspect][:MODEL_PROPOSALS_PER_DIAGNOSIS]
 
-    async def run_all():
-        return [await proposer(cluster, by_id, spec) for cluster in targets]
+    async def run_all():  # a few variants per cluster: trying them on diagnosis cases keeps the best
+        return [await proposer(cluster, by_id, spec, variant=v) for cluster in targets
+                for v in range(PROPOSER_VARIANTS)]
 
-    made = [p for p in asyncio.run(run_all()) if p is not None]
+    made, seen = [], set()
+    for proposal in asyncio.run(run_all()):
+        if proposal is not None and (proposal.cluster_id, proposal.fingerprint) not in seen:
+            seen.add((proposal.cluster_id, proposal.fingerprint))
+            made.append(proposal)
     return [validate(p, spec, case_texts=texts, rejected=rejected, config=config.validation) for p in made], \
         proposer.runs

@@ -42,13 +42,18 @@ def case_texts(records: Iterable[CaseRecord]) -> list[str]:
 
 def diagnose(records: Sequence[CaseRecord], spec: HarnessSpec, *, previous: Sequence[Mapping[str, Any]] = (),
              calibration: Mapping[str, float] | None = None, gains: Sequence[float] = (),
-             rejected: Iterable[str] = (), config: DiagnosisConfig = DiagnosisConfig()) -> DiagnosisResult:
-    """Cluster the failures of `spec` on `records`, advise, and propose validated edits by the rule catalogue."""
+             rejected: Iterable[str] = (), config: DiagnosisConfig = DiagnosisConfig(),
+             guard_texts: Sequence[str] = (), rejected_rules: Mapping[str, Mapping[str, str]] | None = None
+             ) -> DiagnosisResult:
+    """Cluster the failures of `spec` on `records`, advise, and propose validated edits by the rule catalogue.
+
+    `guard_texts` are other cases' words (the gate split's) that no edit may copy either; nothing else of
+    those cases is read."""
     clustering = cluster_failures(records, spec, config=config.clusters, calibration=calibration, previous=previous)
     advice = stop_advice(clustering, gains=gains, config=config.stop)
     by_id = {r.case_id: r for r in records}
     rejected = set(rejected)
-    texts = case_texts(records)
+    texts = [*case_texts(records), *guard_texts]
     proposals = tuple(validate_proposal(p, spec, case_texts=texts, rejected=rejected, config=config.validation)
-                      for p in propose_by_rules(clustering.clusters, by_id, spec))
+                      for p in propose_by_rules(clustering.clusters, by_id, spec, rejected_rules=rejected_rules))
     return DiagnosisResult(clustering, advice, proposals)

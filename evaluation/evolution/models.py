@@ -39,7 +39,9 @@ class Diagnosis(models.Model):
     error = models.TextField(blank=True)
     config = models.JSONField(default=dict, help_text="the resolved DiagnosisConfig and proposer settings")
     summary = models.JSONField(default=dict, help_text="totals, noise case ids, exact signature groups")
-    advice = models.JSONField(default=dict, help_text="stop advice: stop, rule, detail")
+    advice = models.JSONField(default=dict, help_text="stop advice: stop, rule, detail, and which round to keep")
+    split = models.JSONField(default=dict, help_text="the diagnosis and gate splits: kind (seeded | sets | live | "
+                                                     "none), seed, gate share, case ids, the gate set")
     created_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -109,7 +111,8 @@ class Proposal(models.Model):
 
 
 class Round(models.Model):
-    """Accepted edits of one diagnosis as one candidate version, its dev-set eval and the gate."""
+    """Accepted edits of one diagnosis as one candidate version (off the head: no label points at it and it is
+    not the head until it passed the gate and a person promoted it), its eval and the gate on the gate split."""
 
     class Status(models.TextChoices):
         DRAFTED = "drafted"
@@ -128,6 +131,11 @@ class Round(models.Model):
     run = models.ForeignKey(EvalRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     comparison = models.ForeignKey(RunComparison, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     attribution = models.JSONField(default=dict, help_text="per proposal: fixed and regressed case ids; fix rate")
+    diagnosis_run = models.ForeignKey(EvalRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                      help_text="the candidate on the diagnosis set, when the gate is another set")
+    figures = models.JSONField(default=dict, help_text="per split (diagnosis, gate): metrics with CIs; fitted")
+    promoted_by = models.CharField(max_length=200, blank=True, help_text="who made the candidate the head")
+    promoted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -90,16 +90,24 @@ def rule(name: str, claims: str):
 
 
 def propose_by_rules(clusters: Sequence[FailureCluster], records: Mapping[str, CaseRecord],
-                     spec: HarnessSpec) -> list[Proposal]:
-    """Every catalogue rule's edit for every actionable cluster (judge-suspect clusters get none)."""
+                     spec: HarnessSpec, *, rejected_rules: Mapping[str, Mapping[str, str]] | None = None
+                     ) -> list[Proposal]:
+    """Every catalogue rule's edits (a rule may write a few variants) for every actionable cluster
+    (judge-suspect clusters get none). `rejected_rules` maps a signature core to the rules an operator rejected
+    for it, with the reason: such a rule is not run for a cluster of that core again (the reason steers the
+    rules as it steers the model proposer)."""
     out = []
     for cluster in clusters:
         if cluster.judge_suspect:
             continue
+        refused = (rejected_rules or {}).get(cluster.core, {})
         for entry in RULES.values():
-            proposal = entry.propose(cluster, records, spec)
-            if proposal is not None and proposal.diff:
-                out.append(proposal)
+            if f"{RULES_GENERATOR}:{entry.name}" in refused:
+                continue
+            made = entry.propose(cluster, records, spec)
+            for proposal in made if isinstance(made, list) else [made]:
+                if proposal is not None and proposal.diff:
+                    out.append(proposal)
     return out
 
 
@@ -160,17 +168,25 @@ def _skill_trigger(cluster, records, spec):
     if name is None:
         return None
     skill = spec.skill(name)
-    phrases = trigger_phrases([records[i].message for i in cluster.case_ids if i in records], skill.description)
-    if not phrases:
-        return None
-    line = " Also use it when a viewer asks about " + ", ".join(f'"{p}"' for p in phrases) + "."
-    named, loaded = ", ".join(f"“{p}”" for p in phrases), ", ".join(sig.skills_loaded) or "none"
-    edited = _replace_module(spec, "skills", name, description=skill.description.rstrip() + line)
-    return _proposal(cluster, "skill-trigger", spec, edited, target=f"skills/{name}/SKILL.md",
-                     hypothesis=f"The model never loads {name}: its description lacks the triggers these viewers use.",
-                     rationale=f"{cluster.size} failures expected {name} and loaded {loaded}; "
-                               f"the skill is chosen from its description, so it names the phrases {named}.")
+    messages = [records[i].message for i in cluster.case_ids if i in records]
+    variants, seen = [], set()
+    for limit in SKILL_TRIGGER_VARIANTS:  # a few variants; trying them on diagnosis cases keeps the best
+        phrases = tuple(trigger_phrases(messages, skill.description, limit=limit))
+        if not phrases or phrases in seen:
+            continue
+        seen.add(phrases)
+        line = " Also use it when a viewer asks about " + ", ".join(f'"{p}"' for p in phrases) + "."
+        named, loaded = ", ".join(f"“{p}”" for p in phrases), ", ".join(sig.skills_loaded) or "none"
+        edited = _replace_module(spec, "skills", name, description=skill.description.rstrip() + line)
+        variants.append(_proposal(cluster, "skill-trigger", spec, edited, target=f"skills/{name}/SKILL.md",
+                                  hypothesis=f"The model never loads {name}: its description lacks the triggers "
+                                             "these viewers use.",
+                                  rationale=f"{cluster.size} failures expected {name} and loaded {loaded}; the skill "
+                                            f"is chosen from its description, so it names the phrases {named}."))
+    return variants
 
+
+SKILL_TRIGGER_VARIANTS = (4, 2)  # phrases named: more triggers, or fewer (less to mislead other skills)
 
 _CHAR_LIMIT = re.compile(r"(\b(?:at most|max(?:imum)?|up to|under|within|no more than)\s+)(\d+)(\s+characters)", re.I)
 

@@ -70,10 +70,13 @@ class HarnessProposer:
     """`await proposer(cluster, records, spec) -> Proposal | None`: one run of the proposer harness."""
 
     def __init__(self, backend: Callable[[], ModelBackend], spec: HarnessSpec | None = None,
-                 rejections: Sequence[str] = ()):
+                 rejections: Sequence[str] = (), rejections_by_core: Mapping[str, Sequence[str]] | None = None):
         self.make_backend = backend
         self.spec = spec or proposer_spec()
         self.rejections = [r for r in rejections if r][-5:]  # operators' reasons for earlier rejected edits
+        # ... and those given for clusters of the same signature core, which steer this cluster's edit
+        self.rejections_by_core = {core: [r for r in reasons if r][-5:]
+                                   for core, reasons in (rejections_by_core or {}).items()}
         self.runs: list[dict[str, Any]] = []  # one entry per call: what the turn did, shown with the diagnosis
 
     def tools(self, cluster: FailureCluster, records: Mapping[str, CaseRecord], target: HarnessSpec) -> ToolRegistry:
@@ -109,17 +112,24 @@ class HarnessProposer:
         if component:
             lines.append(f"It points at the {component.kind} {component.name} ({component.path}) of version "
                          f"{target.content_hash[:12]}.")
-        if self.rejections:
+        similar = self.rejections_by_core.get(cluster.core, [])
+        if similar:
+            lines.append("Operators rejected earlier edits for failures with this same signature because: "
+                         + " | ".join(similar) + ". Propose a different edit that meets their objection.")
+        elif self.rejections:
             lines.append("Operators rejected earlier edits of this harness because: "
                          + " | ".join(self.rejections) + ". Do not propose those edits again.")
         lines.append("Find the root cause and propose one minimal edit.")
         return "\n".join(lines)
 
     async def __call__(self, cluster: FailureCluster, records: Mapping[str, CaseRecord],
-                       target: HarnessSpec) -> Proposal | None:
+                       target: HarnessSpec, variant: int = 0) -> Proposal | None:
         backend = self.make_backend()
         model = getattr(backend, "name", "?")
-        turn = TurnInput(message=self.message(cluster, target), viewer_id="evolution",
+        message = self.message(cluster, target)
+        if variant:  # another answer for the same cluster: the variants are tried and the best is kept
+            message += f"\nThis is variant {variant + 1}: propose a different edit from your first one."
+        turn = TurnInput(message=message, viewer_id="evolution",
                          room=RoomContext(room_id="evolution"))
         try:
             result = await run_turn(self.spec, turn, backend, self.tools(cluster, records, target), arm="proposer")
@@ -128,7 +138,7 @@ class HarnessProposer:
             if close is not None:
                 await close()
         steps = result.trace.get("steps", ())
-        self.runs.append({"cluster": cluster.cluster_id, "model": model, "outcome": result.outcome,
+        self.runs.append({"cluster": cluster.cluster_id, "variant": variant, "model": model, "outcome": result.outcome,
                           "reason": str(result.trace.get("reason") or "")[:300],
                           "model_calls": sum(1 for s in steps if s.get("kind") == "model"),
                           "sent_back": sum(1 for s in steps if s.get("kind") == "retry")})

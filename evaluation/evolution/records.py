@@ -7,9 +7,11 @@ request (which refuses an empty window) and the job (which clusters it) agree on
 
 from datetime import datetime
 
+from django.db.models import Avg
+
 from evaluation.evolution.models import Diagnosis
 from evaluation.evolution.signatures import CaseRecord
-from evaluation.models import EvalResult, EvalRun
+from evaluation.models import Annotation, EvalResult, EvalRun
 from harness.models import HarnessVersion
 
 MAX_LIVE_TRACES = 2000  # the most recent judged traces of a window; a bigger window is read in part (said so)
@@ -44,17 +46,24 @@ def live_records(diagnosis: Diagnosis) -> tuple[list[CaseRecord], dict]:
     return records, counts
 
 
-def case_records(run: EvalRun) -> list[CaseRecord]:
-    """The run's results as the pure core reads them."""
+def case_records(run: EvalRun, case_ids=None) -> list[CaseRecord]:
+    """The run's results as the pure core reads them (only `case_ids` when given: the diagnosis split)."""
     records = []
     # An abstention is the judge's "don't know", not a harness failure: it is left out (and counted apart).
-    for result in EvalResult.objects.filter(run=run, accuracy__isnull=False, effectiveness__isnull=False) \
-            .select_related("case").order_by("id"):
+    rows = EvalResult.objects.filter(run=run, accuracy__isnull=False, effectiveness__isnull=False)
+    if case_ids is not None:
+        rows = rows.filter(case__case_id__in=list(case_ids))
+    # People's labels of these results: a label that contradicts the verdict makes the judge suspect.
+    humans = dict(Annotation.objects.filter(result__in=rows).values("result_id").annotate(mean=Avg("accuracy"))
+                  .values_list("result_id", "mean"))
+    for result in rows.select_related("case").order_by("id"):
         data = result.case.data or {}
         dialogue = tuple(str(turn.get("text", "")) for turn in data.get("dialogue") or () if isinstance(turn, dict))
         records.append(CaseRecord(
             case_id=result.case.case_id, category=result.category, accuracy=result.accuracy,
             effectiveness=result.effectiveness, reasons=tuple(result.reasons or ()), reply=result.reply,
             message=str(data.get("message", "")), expected_skills=tuple((data.get("expected") or {}).get("skills") or ()),
-            trace=result.trace or {}, texts=dialogue))
+            trace=result.trace or {}, texts=dialogue, human_accuracy=humans.get(result.pk),
+            judge_votes=tuple((str(v.get("judge", "")), v.get("accuracy")) for v in (result.trace or {}).get(
+                "judge_votes") or () if isinstance(v, dict))))
     return records

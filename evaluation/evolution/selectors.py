@@ -57,6 +57,8 @@ def review(diagnosis: Diagnosis) -> list[dict]:
     clusters = list(diagnosis.clusters.all())
     wanted = {cid for c in clusters for cid in (c.data.get("centre_case"), c.data.get("boundary_case"),
                                                   *c.data.get("passing_cases", []))}
+    # A judge-suspect cluster lists every case, each to label or fix, instead of an edit to the harness.
+    wanted |= {cid for c in clusters if c.judge_suspect for cid in c.data.get("case_ids", [])}
     results = representative_rows(diagnosis, wanted)
     proposals: dict[int | None, list[Proposal]] = {}
     for proposal in diagnosis.proposals.all().order_by("-valid", "id"):
@@ -73,9 +75,57 @@ def review(diagnosis: Diagnosis) -> list[dict]:
         representatives = [(role, results.get(cid)) for role, cid in
                            [("nearest the centre", data.get("centre_case")), ("boundary", data.get("boundary_case")),
                             *[("passing, same skill", cid) for cid in data.get("passing_cases", [])]]]
+        suspect = [results[cid] for cid in data.get("case_ids", []) if cid in results] if cluster.judge_suspect else []
         out.append({"cluster": cluster, "representatives": [(role, r) for role, r in representatives if r],
-                    "proposals": proposals.get(cluster.pk, []), "earlier": earlier.get(cluster.cluster_id)})
+                    "proposals": proposals.get(cluster.pk, []), "earlier": earlier.get(cluster.cluster_id),
+                    "suspect_cases": suspect})
     return out
+
+
+def split_key(diagnosis: Diagnosis) -> str:
+    """Rounds are comparable when they were gated on the same cases: the same set and split."""
+    split = diagnosis.split or {}
+    if split.get("kind") == "seeded":
+        return f"gate split of {split.get('set')} (seed {split.get('seed')}, {split.get('gate_share'):.0%} of cases)"
+    if split.get("gate_set"):
+        return f"gate set {split['gate_set']}"
+    return "the diagnosed set (no held-out split)"
+
+
+def round_rows(harness: Harness) -> list[dict]:
+    """Gated rounds, oldest first, with their gate-split figures (and the diagnosis split's beside them)."""
+    rows = []
+    for r in Round.objects.filter(harness=harness, status=Round.Status.GATED).select_related(
+            "diagnosis__version", "candidate", "comparison").order_by("created_at", "id"):
+        gate = (r.figures or {}).get("gate", {}).get("accuracy")
+        if not gate:
+            continue
+        rows.append({"round": r, "key": split_key(r.diagnosis), "gate": gate,
+                     "diagnosis": (r.figures or {}).get("diagnosis", {}).get("accuracy"),
+                     "fitted": (r.figures or {}).get("fitted", "")})
+    return rows
+
+
+def best_round(harness: Harness) -> dict | None:
+    """The best version so far on the gate split of the latest gated round: each comparable round's candidate,
+    and the version the first of them was made from (so "keep what you had" is an answer too), by gate
+    accuracy with its 95% bootstrap interval. Ties go to the earlier version (fewer edits)."""
+    rows = round_rows(harness)
+    if not rows:
+        return None
+    key = rows[-1]["key"]
+    comparable = [row for row in rows if row["key"] == key]
+    first = comparable[0]
+    options = [{"version": first["round"].diagnosis.version.number, "version_pk": first["round"].diagnosis.version_id,
+                "round": None, "accuracy": first["gate"]["baseline"], "ci": first["gate"].get("baseline_ci"),
+                "split": key, "passed": True}]
+    for row in comparable:
+        r = row["round"]
+        options.append({"version": r.candidate.number, "version_pk": r.candidate_id, "round": r.pk,
+                        "accuracy": row["gate"]["candidate"], "ci": row["gate"].get("candidate_ci"), "split": key,
+                        "passed": bool(r.comparison and r.comparison.passed)})
+    scored = [o for o in options if o["accuracy"] is not None]
+    return max(scored, key=lambda o: (o["accuracy"], -o["version"])) if scored else None
 
 
 def cluster_timeline(harness: Harness) -> dict[str, list[tuple[int, int]]]:
@@ -94,9 +144,17 @@ def history(harness: Harness) -> dict:
         .order_by("created_at", "id"))
     points = []
     for r in rounds:
+        gate = (r.figures or {}).get("gate") or {}
+        if gate.get("accuracy"):  # the round's reported figures: the gate split's, never the diagnosed cases
+            if not points:
+                points.append({"label": f"v{r.diagnosis.version.number}", "accuracy": gate["accuracy"]["baseline"],
+                               "effectiveness": (gate.get("effectiveness") or {}).get("baseline")})
+            points.append({"label": f"v{r.candidate.number}", "accuracy": gate["accuracy"]["candidate"],
+                           "effectiveness": (gate.get("effectiveness") or {}).get("candidate")})
+            continue
         base_run = r.baseline or r.diagnosis.run
-        if base_run is None or base_run.status != EvalRun.Status.DONE:
-            continue  # a live diagnosis whose dev-set baseline is not evaluated yet: no point to draw
+        if base_run is None or base_run.status != EvalRun.Status.DONE or r.figures:
+            continue  # not evaluated yet: no point to draw
         baseline = base_run.summary.get("overall", {})
         if not points:
             points.append({"label": f"v{r.diagnosis.version.number}", "accuracy": baseline.get("accuracy"),
@@ -109,9 +167,17 @@ def history(harness: Harness) -> dict:
                                        diagnosis__round__isnull=False).select_related("diagnosis__round__candidate")
     ledger = []
     for proposal in accepted.order_by("id"):
-        entry = proposal.diagnosis.round.attribution.get("proposals", {}).get(str(proposal.pk), {})
-        ledger.append({"proposal": proposal, "round": proposal.diagnosis.round, **entry})
-    return {"rounds": rounds, "points": points, "ledger": ledger, "timeline": cluster_timeline(harness)}
+        attribution = proposal.diagnosis.round.attribution or {}
+        entry = attribution.get("proposals", {}).get(str(proposal.pk), {})
+        results, where, run = attribution.get("results", {}), attribution.get("split_of", {}), attribution.get("run")
+
+        def links(ids, results=results, where=where, run=run):  # each case with its result page in the round's run
+            return [{"id": c, "result": results.get(c), "run": run, "split": where.get(c, "")} for c in ids]
+
+        ledger.append({"proposal": proposal, "round": proposal.diagnosis.round, **entry,
+                       "fixed_links": links(entry.get("fixed", [])), "broke_links": links(entry.get("regressed", []))})
+    return {"rounds": rounds, "points": points, "ledger": ledger, "timeline": cluster_timeline(harness),
+            "best": best_round(harness), "comparable": round_rows(harness)}
 
 
 def cluster_chart(harness: Harness) -> dict:

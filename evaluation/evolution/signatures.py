@@ -48,6 +48,8 @@ class CaseRecord:
     expected_skills: tuple[str, ...] = ()
     trace: Mapping[str, Any] = field(default_factory=dict)
     texts: tuple[str, ...] = ()  # the case's own words (message, dialogue): what an edit must not copy
+    judge_votes: tuple[tuple[str, float | None], ...] = ()  # each judge's accuracy in a vote (None: abstained)
+    human_accuracy: float | None = None  # the mean of people's accuracy labels of this case, when labelled
 
     @property
     def failed(self) -> bool:

@@ -48,6 +48,8 @@ class Verdict:
     judge: str = "reference/v1"
     model_ids: tuple[str, ...] = ()
     judge_hash: str = ""
+    # In a vote, each judge's own accuracy (None where it abstained): disagreement is evidence against the verdict.
+    votes: tuple[tuple[str, int | None], ...] = ()
 
     @classmethod
     def abstain(cls, *, judge: str, reasons: Iterable[str] = (), model_ids: Iterable[str] = (),
@@ -63,6 +65,7 @@ class Verdict:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_ids", tuple(str(m) for m in self.model_ids))
         object.__setattr__(self, "reasons", tuple(str(r) for r in self.reasons))
+        object.__setattr__(self, "votes", tuple((str(j), None if a is None else int(a)) for j, a in self.votes))
         if self.accuracy is None or self.effectiveness is None:
             if not (self.accuracy is None and self.effectiveness is None):
                 raise ValueError("an abstention has neither accuracy nor effectiveness")
@@ -79,7 +82,8 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"accuracy": self.accuracy, "effectiveness": self.effectiveness, "reasons": list(self.reasons),
                 "checks": dict(self.checks), "judge": self.judge, "abstained": self.abstained,
-                "model_ids": list(self.model_ids), "judge_hash": self.judge_hash}
+                "model_ids": list(self.model_ids), "judge_hash": self.judge_hash,
+                **({"votes": [list(v) for v in self.votes]} if self.votes else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
@@ -88,7 +92,8 @@ class Verdict:
                    effectiveness=None if effectiveness is None else float(effectiveness),
                    reasons=tuple(data.get("reasons") or ()), checks=dict(data.get("checks") or {}),
                    judge=str(data.get("judge", "reference/v1")), model_ids=tuple(data.get("model_ids") or ()),
-                   judge_hash=str(data.get("judge_hash") or ""))
+                   judge_hash=str(data.get("judge_hash") or ""),
+                   votes=tuple(tuple(v) for v in data.get("votes") or ()))
 
 
 def vote(verdicts: Iterable[Verdict]) -> Verdict:
@@ -102,6 +107,7 @@ def vote(verdicts: Iterable[Verdict]) -> Verdict:
     model_ids = tuple(m for v in everyone for m in v.model_ids)
     judge_hash = next((v.judge_hash for v in everyone if v.judge_hash), "")
     verdicts = [v for v in everyone if not v.abstained]
+    votes = tuple((v.judge, v.accuracy) for v in everyone)
     if not verdicts:
         return Verdict.abstain(judge=label, model_ids=model_ids, judge_hash=judge_hash,
                                reasons=dict.fromkeys(r for v in everyone for r in v.reasons))
@@ -117,4 +123,4 @@ def vote(verdicts: Iterable[Verdict]) -> Verdict:
     prefix = len({v.judge for v in everyone}) > 1
     reasons = dict.fromkeys(f"[{v.judge}] {r}" if prefix else r for v in everyone for r in v.reasons)
     return Verdict(accuracy=accuracy, effectiveness=effectiveness, reasons=tuple(reasons), checks=checks,
-                   judge=label, model_ids=model_ids, judge_hash=judge_hash)
+                   judge=label, model_ids=model_ids, judge_hash=judge_hash, votes=votes)

@@ -68,6 +68,8 @@ CONSOLE = {
     "diagnosis_detail": ("GET", "read"),
     "evolution_round_create": ("POST", "write"),
     "evolution_round_evaluate": ("POST", "write"),
+    "evolution_round_promote": ("POST", "write"),
+    "evolution_keep": ("POST", "write"),
     "evolution_proposal_action": ("POST", "write"),
     "evolution_history": ("GET", "read"),
     "evolution_diagnose_live": ("POST", "write"),

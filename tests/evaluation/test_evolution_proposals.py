@@ -245,7 +245,7 @@ def test_a_scripted_model_run_by_the_runtime_produces_a_valid_diff(spec):
     assert any("get_product_info_by_link_id" in t and "|" in t for t in tool_results)  # numbered file text
     assert "[harness feedback]" in backend.calls[3].messages[-1]["content"]
     # The well-formed-diff hook sent the free-text answer back once; the second answer passed.
-    assert proposer.runs == [{"cluster": cluster.cluster_id, "model": "scripted", "outcome": "replied",
+    assert proposer.runs == [{"cluster": cluster.cluster_id, "variant": 0, "model": "scripted", "outcome": "replied",
                               "reason": "", "model_calls": 4, "sent_back": 1}]
 
 
