@@ -4,7 +4,7 @@ from django.urls import path, register_converter
 from console.api import api
 from console.health import healthz
 from console.metrics import metrics
-from console.views import evaluation, evolution, experiments, harness, serving, training, workspace
+from console.views import evaluation, evolution, experiments, harness, serving, training, webhooks, workspace
 from workspaces.identifiers import IdentifierConverter
 
 # Names go through the identifier converter, so rows stored before names were validated still resolve.
@@ -32,6 +32,9 @@ urlpatterns = [
     path(ws + "keys/<int:key_id>/revoke/", workspace.key_revoke, name="key_revoke"),
     path(ws + "keys/tool-hosts/", workspace.tool_hosts_set, name="tool_hosts_set"),
     path(ws + "audit/", workspace.audit_log, name="audit_log"),
+    path(ws + "webhooks/", webhooks.webhook_list, name="webhook_list"),
+    path(ws + "webhooks/<int:endpoint_id>/delete/", webhooks.webhook_delete, name="webhook_delete"),
+    path(ws + "webhooks/deliveries/<int:delivery_id>/replay/", webhooks.webhook_replay, name="webhook_replay"),
     path(ws + "harnesses/import/", harness.harness_import, name="harness_import"),
     path(ws + "playground/", serving.playground, name="playground"),
     path(ws + "playground/reset/", serving.playground_reset, name="playground_reset"),

@@ -26,6 +26,7 @@ from serving.backends import backend_names
 from serving.backends.openai import close_shared_clients
 from serving.model_config import backend_for
 from serving.traces import prompt_parts_store, split_request
+from workspaces import webhooks
 from workspaces.access import ADMIN, WRITE, Actor, require
 from workspaces.identifiers import check_identifier
 from workspaces.jobs import enqueue
@@ -537,6 +538,10 @@ def comparison_create(*, actor: Actor, baseline: EvalRun, candidate: EvalRun, ga
         audit_record(actor=actor, workspace=candidate.workspace, action="eval.compare", target_type="run_comparison",
                      target_id=stored.pk, target_label=f"run {baseline.pk} → run {candidate.pk}",
                      after={"verdict": verdict.verdict, "reasons": list(verdict.reasons)})
+        webhooks.emit(candidate.workspace, "gate.verdict", {
+            "comparison": stored.pk, "baseline_run": baseline.pk, "candidate_run": candidate.pk,
+            "passed": verdict.passed, "verdict": verdict.verdict, "reasons": list(verdict.reasons),
+            "harness": candidate.harness.name, "version": candidate.harness_version.number, "actor": actor.label})
     return stored
 
 

@@ -13,9 +13,10 @@ from harness.models import Draft, Harness, HarnessVersion, Label, LabelMove
 from harness.routing import routing_changed
 from harness.selectors import binding_targets
 from harness.spec import SpecDiff, SpecError, SpecInvalid, content_hash, diff_specs, parse_files, to_files
+from workspaces import webhooks
 from workspaces.access import APPROVE, PROPOSE, WRITE, Actor, require
 from workspaces.identifiers import check_identifier
-from workspaces.models import Workspace
+from workspaces.models import ActorKind, Workspace
 from workspaces.services import archived_set, audit_record
 
 PROTECTED_LABELS = frozenset({"production"})
@@ -93,6 +94,10 @@ def version_commit(
                      target_id=version.pk, target_label=str(version),
                      before={"head": head.number if head else None, "hash": head.content_hash if head else None},
                      after={"head": version.number, "hash": digest, "message": message})
+        if actor.kind == ActorKind.SYSTEM:  # the AI actor (Harness Evolution), not a person or a key
+            webhooks.emit(harness.workspace, "version.committed", {
+                "harness": harness.name, "version": version.number, "parent": head.number if head else None,
+                "hash": digest, "message": message, "actor": actor.label, "candidate": False})
     return CommitResult(version=version, created=True)
 
 
@@ -125,6 +130,9 @@ def version_commit_candidate(*, actor: Actor, harness: Harness, files: dict[str,
                      before={"head": locked.head.number if locked.head else None},
                      after={"candidate": version.number, "parent": base_version.number, "hash": digest,
                             "message": message, "head_moved": False})
+        webhooks.emit(harness.workspace, "version.committed", {
+            "harness": harness.name, "version": version.number, "parent": base_version.number, "hash": digest,
+            "message": message, "actor": actor.label, "candidate": True})
     return version
 
 
@@ -311,6 +319,9 @@ def label_move(*, actor: Actor, harness: Harness, name: str, version: HarnessVer
                      before={"version": previous.number if previous else None},
                      after={"version": version.number, "reason": reason,
                             **({"override": blocked} if blocked else {})})
+        webhooks.emit(harness.workspace, "label.moved", {
+            "harness": harness.name, "label": name, "from_version": previous.number if previous else None,
+            "to_version": version.number, "reason": reason, "actor": actor.label, "override": bool(blocked)})
     return move
 
 

@@ -28,6 +28,7 @@ from harness.models import HarnessVersion
 from training.models import Checkpoint, CheckpointMatrix, TrainingJob, TrainingMetric
 from training.progress import publish_job_event
 from training.selectors import checkpoint_summary, job_state, metric_point
+from workspaces import webhooks
 from workspaces.access import APPROVE, WRITE, Actor, require
 from workspaces.jobs import enqueue
 from workspaces.models import Workspace
@@ -361,6 +362,7 @@ def _claim(job_id: int, owner: str) -> str:
             job.status, job.finished_at = TrainingJob.Status.FAILED, timezone.now()
             job.error = f"gave up after {job.attempts} attempts (the worker died each time)"
             job.save(update_fields=["status", "finished_at", "error"])
+            webhooks.emit(job.workspace_id, "training.failed", {"job": job.pk, "name": job.name, "error": job.error})
             return job.status
         fresh = job.heartbeat_at and (timezone.now() - job.heartbeat_at).total_seconds() < settings.TRAINING_LEASE_S
         if job.lease_owner and job.lease_owner != owner and fresh:
@@ -418,6 +420,7 @@ def job_execute(*, job_id: int) -> str:
             reporter.line(f"failed: {error}")
             job.refresh_from_db()
             publish_job_event(job_id, {"kind": "update", "job": job_state(job)})
+            webhooks.emit(job.workspace, "training.failed", {"job": job.pk, "name": job.name, "error": error})
             return TrainingJob.Status.FAILED
     if lease.lost.is_set():
         return "lost"  # another worker took the job over; it records the outcome
@@ -428,6 +431,9 @@ def job_execute(*, job_id: int) -> str:
     reporter.line(f"{status}: {job.checkpoints.count()} checkpoint(s) registered")
     job.refresh_from_db()
     publish_job_event(job_id, {"kind": "update", "job": job_state(job)})
+    if status == TrainingJob.Status.DONE:
+        webhooks.emit(job.workspace, "training.finished", {
+            "job": job.pk, "name": job.name, "checkpoints": list(job.checkpoints.values_list("pk", flat=True))})
     return status
 
 

@@ -9,22 +9,33 @@ its app's jobs without importing its tasks module, which imports the services (t
 """
 
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from celery import current_app
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, connections
 
 
-def enqueue(task_name: str, *, args: list, queue: str) -> None:
-    """Start the job `task_name` with `args` on `queue` (call it after the commit that makes its rows)."""
+def enqueue(task_name: str, *, args: list, queue: str, countdown: float = 0.0) -> None:
+    """Start the job `task_name` with `args` on `queue` (call it after the commit that makes its rows), or
+    `countdown` seconds from now (a retry's backoff)."""
     if settings.CELERY_TASK_ALWAYS_EAGER:
         task = registered_task(task_name)
-        threading.Thread(target=task.apply, kwargs={"args": args}, name=f"job-{task_name}", daemon=True).start()
+
+        def run():
+            if countdown > 0:
+                time.sleep(countdown)
+            try:
+                task.apply(args=args)
+            finally:
+                connections.close_all()  # this thread's connections back to the pool (Celery's fixup skips eager)
+
+        threading.Thread(target=run, name=f"job-{task_name}", daemon=True).start()
     else:
-        current_app.send_task(task_name, args=args, queue=queue)
+        current_app.send_task(task_name, args=args, queue=queue, countdown=countdown or None)
 
 
 def registered_task(task_name: str):

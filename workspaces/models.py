@@ -67,3 +67,47 @@ class AuditEvent(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["workspace", "-at"])]
+
+
+class WebhookEndpoint(models.Model):
+    """An operator's HTTPS endpoint that hears of a workspace's events (workspaces.webhooks)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="webhook_endpoints")
+    url = models.URLField(max_length=500)
+    events = models.JSONField(default=list, help_text="the event names it receives")
+    # Kept to sign each delivery (HMAC needs the key itself); shown once, when the endpoint is made.
+    secret = models.CharField(max_length=100)
+    active = models.BooleanField(default=True)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class WebhookDelivery(models.Model):
+    """One event sent (or to be sent) to one endpoint, with what the endpoint answered last."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # every attempt failed
+
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=64)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.TextField(blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["endpoint", "-created_at"])]

@@ -24,6 +24,7 @@ from evaluation.evolution.splits import DEFAULT_GATE_SHARE, DEFAULT_SEED, strati
 from evaluation.models import EvalResult, EvalRun, EvalSetVersion
 from harness import selectors as harness_selectors
 from harness.models import Harness, HarnessVersion
+from workspaces import webhooks
 from workspaces.access import PROPOSE, WRITE, Actor, require
 from workspaces.jobs import enqueue, job_is_running
 from workspaces.services import audit_record
@@ -254,6 +255,9 @@ def diagnosis_execute(*, diagnosis_id: int) -> str:
         Diagnosis.objects.filter(pk=diagnosis_id).update(status=Diagnosis.Status.FAILED, error=str(exc)[:2000],
                                                          finished_at=timezone.now())
         raise
+    webhooks.emit(diagnosis.workspace_id, "diagnosis.ready", {
+        "diagnosis": diagnosis.pk, "harness": diagnosis.harness.name, "run": diagnosis.run_id,
+        "proposals": len(proposals), "valid": sum(p.valid for p in proposals)})
     return Diagnosis.Status.DONE
 
 

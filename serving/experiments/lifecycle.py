@@ -11,6 +11,7 @@ from harness.routing import routing_changed
 from serving.model_config import backend_for
 from serving.model_sources import named_model
 from serving.models import Arm, Experiment
+from workspaces import webhooks
 from workspaces.access import ADMIN, WRITE, Actor, require
 from workspaces.identifiers import check_identifier
 from workspaces.models import Workspace
@@ -105,6 +106,8 @@ def experiment_start(*, actor: Actor, experiment: Experiment) -> Experiment:
         token_replaced(running_token_key(experiment.workspace_id))
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.start",
                      target_type="experiment", target_id=experiment.pk, target_label=experiment.key)
+        webhooks.emit(experiment.workspace, "experiment.started", {
+            "experiment": experiment.key, "harness_id": experiment.harness_id, "actor": actor.label})
     experiment.refresh_from_db()
     return experiment
 
@@ -120,6 +123,9 @@ def experiment_stop(*, actor: Actor, experiment: Experiment, reason: str, contro
         audit_record(actor=actor, workspace=experiment.workspace, action="experiment.stop", target_type="experiment",
                      target_id=experiment.pk, target_label=experiment.key,
                      after={"reason": reason, "control_only": control_only})
+        webhooks.emit(experiment.workspace, "experiment.stopped", {
+            "experiment": experiment.key, "reason": reason, "control_only": control_only, "actor": actor.label,
+            "by_guardrail": actor.label == "system:guardrail"})
     experiment.refresh_from_db()
     return experiment
 
