@@ -171,6 +171,9 @@ MODEL_BACKEND = env("HARNESSOPS_MODEL_BACKEND", "openai" if PRODUCTION else "loc
 LOCAL_MODEL = env("HARNESSOPS_LOCAL_MODEL", None)
 # The model behind the evolution proposer harness (a backend name, e.g. openai); empty: offline rules only.
 EVOLUTION_PROPOSER = env("HARNESSOPS_EVOLUTION_PROPOSER", "")
+# Overrides of the regression gate an evolution round's candidate must pass on the gate split (JSON object, e.g.
+# {"min_cases": 20}); the rule is validated like any comparison's, and stored with each round's comparison.
+EVOLUTION_GATE: dict = json.loads(env("HARNESSOPS_EVOLUTION_GATE", "{}"))
 OPENAI_BASE_URL = env("HARNESSOPS_OPENAI_BASE_URL", None)
 OPENAI_MODEL = env("HARNESSOPS_OPENAI_MODEL", "Qwen/Qwen3-8B")
 OPENAI_API_KEY = env("HARNESSOPS_OPENAI_API_KEY", None)

@@ -205,12 +205,14 @@ def round_finish(*, round_id: int) -> str:
         if split.get("kind") == "seeded":
             gate_ids, diagnosis_ids = set(split["gate_case_ids"]), set(split["diagnosis_case_ids"])
             comparison = comparison_create(actor=Actor.system("evolution"), baseline=baseline, candidate=candidate,
+                                           gate=settings.EVOLUTION_GATE or None,
                                            case_ids=gate_ids, split=f"gate split (seed {split.get('seed')})")
             figures = {"gate": _metrics(baseline, candidate, gate_ids),
                        "diagnosis": _metrics(baseline, candidate, diagnosis_ids)}
             splits = {"diagnosis": sorted(diagnosis_ids), "gate": sorted(gate_ids)}
         else:
             comparison = comparison_create(actor=Actor.system("evolution"), baseline=baseline, candidate=candidate,
+                                           gate=settings.EVOLUTION_GATE or None,
                                            split=f"gate set {baseline.set_version}" if split.get("kind") else "")
             figures = {"gate": _metrics(baseline, candidate)}
             if split.get("kind") == "sets" and evolution_round.diagnosis_run_id:

@@ -390,3 +390,64 @@ def test_a_vote_keeps_each_judges_say():
                      Verdict.abstain(judge="c")])
     assert combined.votes == (("a", 1), ("b", 0), ("c", None))
     assert Verdict.from_dict(combined.to_dict()).votes == combined.votes
+
+
+# Propose, try, keep ---------------------------------------------------------------------------------
+
+def test_each_variant_is_tried_on_diagnosis_cases_and_the_best_is_kept():
+    from evaluation.evolution.clusters import cluster_failures
+    from evaluation.evolution.diagnosis import case_texts
+    from evaluation.evolution.proposals import propose_by_rules
+    from evaluation.evolution.trials import try_and_keep
+    from evaluation.evolution.validation import validate_proposal
+    from harness.spec import parse_files, read_dir, to_files
+    from tests.conftest import DEMO_HARNESS
+    from tests.evaluation.evolution_builders import passing, skill_missing
+
+    spec = parse_files(read_dir(DEMO_HARNESS))
+    messages = ["knit price tag today", "knit price tag now", "wool blend price tag", "wool blend knit cost"]
+    records = [skill_missing(i, message=m) for i, m in enumerate(messages)] + [passing(1), passing(2)]
+    clustering = cluster_failures(records, spec)
+    made = [validate_proposal(p, spec, case_texts=case_texts(records))
+            for p in propose_by_rules(clustering.clusters, {r.case_id: r for r in records}, spec)
+            if p.generator == "rules:skill-trigger"]
+    assert len(made) == 2 and all(p.valid for p in made)  # two variants: four trigger phrases, and two
+    wide, narrow = sorted(made, key=lambda p: -len(p.diff))
+    tried_on = []
+
+    def evaluate(files, case_ids):
+        # The wider trigger list makes the model load the skill for every failing case; the narrow one for one.
+        tried_on.append(sorted(case_ids))
+        text = files["skills/product-qa/SKILL.md"]
+        wide_line = next(line[1:] for line in wide.diff.splitlines() if line.startswith("+") and "asks about" in line)
+        fixed = len(clustering.clusters[0].case_ids) if wide_line.strip() in text else 1
+        failing = sorted(clustering.clusters[0].case_ids)
+        return {cid: (cid not in failing or failing.index(cid) < fixed) for cid in case_ids}
+
+    kept, trials = try_and_keep(made, clustering.clusters, to_files(spec), evaluate)
+    by_fp = {p.fingerprint: p for p in kept}
+    assert by_fp[wide.fingerprint].valid and "the best of 2 variants" in by_fp[wide.fingerprint].rationale
+    loser = by_fp[narrow.fingerprint]
+    assert not loser.valid and loser.errors[-1].startswith("tried:") and "another variant did better" in loser.errors[-1]
+    assert {(t["fingerprint"], t["kept"]) for t in trials} == {(wide.fingerprint, True), (narrow.fingerprint, False)}
+    # Only the cluster's diagnosis cases and passing contrast cases were run: nothing else.
+    allowed = set(clustering.clusters[0].case_ids) | set(clustering.clusters[0].passing_cases)
+    assert tried_on and all(set(ids) <= allowed for ids in tried_on)
+
+
+def test_rejections_for_the_same_signature_steer_the_proposer():
+    from evaluation.evolution.clusters import cluster_failures
+    from evaluation.evolution.proposer import HarnessProposer
+    from harness.spec import parse_files, read_dir
+    from tests.conftest import DEMO_HARNESS
+    from tests.evaluation.evolution_builders import skill_missing
+
+    spec = parse_files(read_dir(DEMO_HARNESS))
+    cluster = cluster_failures([skill_missing(i) for i in range(3)], spec).clusters[0]
+    steered = HarnessProposer(lambda: None, rejections_by_core={cluster.core: ["names too many phrases"],
+                                                                "other|core": ["unrelated reason"]})
+    message = steered.message(cluster, spec)
+    assert "this same signature" in message and "names too many phrases" in message
+    assert "unrelated reason" not in message
+    assert "unrelated reason" not in HarnessProposer(lambda: None, rejections_by_core={"x": ["unrelated reason"]}
+                                                     ).message(cluster, spec)
