@@ -69,6 +69,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "console.health.HealthCheckMiddleware",  # first: container probes reach it over plain HTTP on 127.0.0.1
+    "console.metrics.MetricsMiddleware",  # a scrape too: Prometheus reaches the web containers by their address
     # console.middleware.*: Django's own, as subclasses that stay on the event loop under ASGI unless a hook does I/O;
     # security, CSRF and clickjacking stay Django's (`check --deploy` finds those by path)
     "django.middleware.security.SecurityMiddleware",

@@ -207,3 +207,12 @@ def test_the_route_on_the_event_loop_counts_its_replies_once(client, workspace, 
                  label="production") == 4
     assert moved(before, after, "harnessops_tool_call_duration_seconds_count",
                  tool="get_product_info_by_link_id") == 4
+
+
+def test_a_scrape_is_answered_before_host_validation_and_the_https_redirect(client, scrape_token, settings):
+    """Prometheus scrapes a web container by its address, over the internal network, in production settings."""
+    settings.ALLOWED_HOSTS, settings.SECURE_SSL_REDIRECT = ["console.shop.example"], True
+    scraped = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}", HTTP_HOST="10.0.3.7:8000")
+    assert scraped.status_code == 200 and b"harnessops_reply_requests" in scraped.content
+    assert client.get("/metrics", HTTP_HOST="10.0.3.7:8000").status_code == 401
+    assert client.get("/healthz/x", HTTP_HOST="console.shop.example").status_code == 301  # the rest: redirected
