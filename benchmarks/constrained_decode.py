@@ -2,12 +2,12 @@
 
 The offline SmolLM2-135M-Instruct (llama.cpp) answers viewer messages under the compact demo harness's
 real prompt and tools (`assemble_messages`, `openai_tools`), greedily, once unconstrained and once with the
-harness's grammar (`serving.backends.tool_grammar.gbnf`), alternating per prompt so machine load hits both
-alike. Decode tokens/s = (tokens out - 1) / (wall time after the first token); medians over all replies.
+harness's grammar (`serving.backends.tool_grammar.gbnf`), alternating which goes first per prompt so
+machine load and prompt evaluation hit both alike. Decode tokens/s = (tokens out - 1) / (wall time after the first token); medians over all replies.
 It also times building the grammar text (once per harness version, then cached) and llama.cpp's parse of it
 (paid at the start of every constrained generation), and counts replies whose text differs.
 
-    .venv/bin/python benchmarks/constrained_decode.py [--rounds 3] [--max-tokens 96] [--threads 2]
+    .venv/bin/python benchmarks/constrained_decode.py [--rounds 3] [--max-tokens 96] [--threads 1]
 """
 
 import argparse
@@ -33,7 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="1 keeps its speed on a busy machine (local.py)")
     args = parser.parse_args()
 
     import llama_cpp
@@ -67,11 +67,13 @@ def main() -> None:
     rates: dict[str, list[float]] = {"unconstrained": [], "constrained": []}
     outs: dict[str, list[int]] = {"unconstrained": [], "constrained": []}
     differ = total = calls = 0
+    conditions = [("unconstrained", {}), ("constrained", {"constraint": constraint})]
     for _ in range(args.rounds):
         for prompt in PROMPTS:
             messages = assemble_messages(spec, TurnInput(message=prompt, viewer_id="v1", room=room))
             texts = {}
-            for label, kwargs in (("unconstrained", {}), ("constrained", {"constraint": constraint})):
+            conditions.reverse()  # each condition goes first (evaluating the new prompt) half of the time
+            for label, kwargs in conditions:
                 began = time.perf_counter()
                 response = asyncio.run(backend.complete(messages, tools, max_tokens=args.max_tokens, **kwargs))
                 wall_s = time.perf_counter() - began
@@ -80,6 +82,7 @@ def main() -> None:
                     rates[label].append((response.tokens_out - 1) / (wall_s - ttft_s))
                 outs[label].append(response.tokens_out)
                 texts[label] = response.raw["text"]
+                print(f"  {label:<13} {response.tokens_out:>3} tokens in {wall_s:5.2f} s  {prompt[:40]!r}", flush=True)
                 calls += len(response.tool_calls) if label == "constrained" else 0
             total += 1
             differ += texts["unconstrained"] != texts["constrained"]

@@ -50,6 +50,7 @@ from harness.augmentation.text import (
     rename_in_json,
     reorder_lists,
     restyle_markdown,
+    shuffle_enumerations,
     split_sentences,
 )
 from harness.spec import (
@@ -334,20 +335,25 @@ def mask_description(description: str) -> str | None:
     return first if first != description else None
 
 
+# Frames for the sentence that says what a module does, and for its usage sentences. With the phrase
+# substitutions (text.PHRASES) and the shuffled enumerations they make a rewritten description rarely the
+# same twice (benchmarks/hsa_names.py counts how rarely), so a model cannot learn descriptions by heart.
+_WHAT_FRAMES = ("{s}", "Purpose: {s}", "What it does: {s}", "In short: {s}", "Role: {s}", "Summary: {s}",
+                "Scope: {s}", "Description: {s}", "About: {s}", "Function: {s}", "Overview: {s}", "Task: {s}",
+                "Job: {s}", "Area: {s}", "Duty: {s}")
+_TRIGGER_FRAMES = ("{t}", "Usage: {t}", "When to use: {t}", "Trigger: {t}", "Tip: {t}")
+
+
 def rewrite_description(description: str, rng: random.Random, rate: float) -> str:
-    """A deterministic paraphrase: phrase substitutions, then one of a few sentence templates."""
-    text = paraphrase(description, rng, rate)
+    """A deterministic paraphrase: enumerations shuffled, phrase substitutions, a framed first sentence and
+    framed usage sentences, usage first or last."""
+    text = paraphrase(shuffle_enumerations(description, rng), rng, rate)
     sentences = split_sentences(text)
-    triggers = [s for s in sentences if _TRIGGER.match(s)]
+    triggers = [rng.choice(_TRIGGER_FRAMES).format(t=s) for s in sentences if _TRIGGER.match(s)]
     what = [s for s in sentences if not _TRIGGER.match(s)]
-    form = rng.randrange(4)
-    if triggers and what:
-        if form == 1:
-            sentences = triggers + what
-        elif form == 2:
-            sentences = what + [f"Usage: {t}" for t in triggers]
-        elif form == 3:
-            sentences = [f"Purpose: {what[0]}", *what[1:], *triggers]
+    if what:
+        what[0] = rng.choice(_WHAT_FRAMES).format(s=what[0])
+    sentences = [*triggers, *what] if triggers and what and rng.random() < 0.5 else [*what, *triggers]
     rewritten = " ".join(sentences)
     if rewritten == description:
         rewritten = f"Purpose: {description}"

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 DIMENSIONS = ("skill_identifiers", "skill_content", "tool_definitions", "system_prompt", "hooks")
-RENAME_STYLES = ("synonym", "affix", "opaque", "separator")
+RENAME_STYLES = ("synonym", "affix", "opaque", "separator", "vocabulary", "code", "mixed", "collide")
+# Styles whose names say nothing of the module (names.py): the held-out ablation found that names kept
+# close to the originals let a model choose by name, so they are most of the default draw.
+MEANINGLESS_STYLES = ("opaque", "vocabulary", "code", "mixed", "collide")
 
 
 def _knob(default: Any, help: str) -> Any:
@@ -43,17 +46,20 @@ class HsaConfig:
     # (1) skill identifiers -----------------------------------------------------------------------
     noise_skills_p: float = _knob(0.5, "P(add noise skills): plausible but irrelevant reply/strategy skills.")
     max_noise_skills: int = _knob(3, "At most this many noise skills (1..max drawn uniformly).")
-    rename_skill_p: float = _knob(0.4, "P(rename) per skill; hooks, prompts, bodies and cases follow the mapping.")
-    rewrite_skill_description_p: float = _knob(0.4, "P(rewrite description) per skill: deterministic paraphrase "
+    rename_skill_p: float = _knob(0.6, "P(rename) per skill; hooks, prompts, bodies and cases follow the mapping. "
+                                       "The catalogue lists skills by name, so renames also reorder it.")
+    rewrite_skill_description_p: float = _knob(0.6, "P(rewrite description) per skill: deterministic paraphrase "
                                                      "plus a sentence template.")
     mask_skill_description_p: float = _knob(0.2, "P(mask description) per skill: keep only what the skill does, "
                                                   "drop its 'Use when …' trigger examples. Never deletes a skill.")
     drop_skill_p: float = _knob(0.0, "P(drop) per strategy skill that nothing references and that is not protected. "
                                      "Off by default: deletion is only safe when no ground truth needs the skill.")
     protected_skills: tuple[str, ...] = _knob((), "Skills never dropped (e.g. every skill an eval set expects).")
-    skill_rename_styles: tuple[str, ...] = _knob(("synonym", "affix", "opaque"),
-                                                 "Styles new skill names are drawn from: synonym tokens, a prefix/"
-                                                 "suffix, or an opaque code such as skill-417.")
+    skill_rename_styles: tuple[str, ...] = _knob(("synonym", "affix", *MEANINGLESS_STYLES),
+                                                 "Styles new skill names are drawn from (uniformly): synonym tokens, "
+                                                 "a prefix/suffix, an opaque code such as skill-417, words of a large "
+                                                 "general vocabulary, a bare code, a word with a code, or words of "
+                                                 "the harness's other names (harness/augmentation/names.py).")
 
     # (2) skill content ---------------------------------------------------------------------------
     paraphrase_p: float = _knob(0.5, "P(paraphrase body) per skill: synonym substitutions, heading and list-marker "
@@ -64,13 +70,13 @@ class HsaConfig:
     reorder_rules_p: float = _knob(0.4, "P(reorder) per skill: shuffle top-level rules; sequencing rules stay put.")
 
     # (3) tool definitions ------------------------------------------------------------------------
-    rename_tool_p: float = _knob(0.4, "P(rename) per tool; hook matchers, allowed-tools, CEL literals and every "
-                                      "mention follow.")
-    rewrite_tool_description_p: float = _knob(0.5, "P(rewrite) per tool: paraphrase of the description and of "
+    rename_tool_p: float = _knob(0.6, "P(rename) per tool; hook matchers, allowed-tools, CEL literals and every "
+                                      "mention follow. Tools are listed by name, so renames also reorder them.")
+    rewrite_tool_description_p: float = _knob(0.6, "P(rewrite) per tool: paraphrase of the description and of "
                                                     "parameter descriptions, later sentences reordered.")
-    tool_rename_styles: tuple[str, ...] = _knob(("synonym", "affix", "separator", "opaque"),
+    tool_rename_styles: tuple[str, ...] = _knob(("synonym", "affix", "separator", *MEANINGLESS_STYLES),
                                                 "Styles new tool names are drawn from; 'separator' writes "
-                                                "snake_case as kebab-case.")
+                                                "snake_case as kebab-case; the others as for skills.")
 
     # (4) system prompt ---------------------------------------------------------------------------
     reorder_blocks_p: float = _knob(0.5, "P(reorder blocks within each cache tier); tier order stays valid.")

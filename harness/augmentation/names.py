@@ -1,9 +1,12 @@
 """New names for skills and tools: valid, fresh (never an existing or already-issued name), seeded.
 
-Styles: `synonym` swaps tokens for synonyms (product-qa → item-questions),
-`affix` adds a neutral prefix or suffix (product-qa → product-qa-playbook),
-`separator` writes snake_case as kebab-case (tools only), `opaque` issues a
-code name (skill-417) so a model must read descriptions, not names.
+Styles that keep the name's meaning: `synonym` swaps tokens for synonyms (product-qa → item-questions),
+`affix` adds a neutral prefix or suffix (product-qa → product-qa-playbook), `separator` writes snake_case
+as kebab-case (tools only). Styles that carry none, so a model must read descriptions, not names
+(`vocabulary.py`): `opaque` issues a kind-prefixed code (skill-417); `vocabulary` one or two words of a
+large general vocabulary (product-qa → lantern-kovira); `code` a bare code (kx-41); `mixed` a word with a
+code or digits, in either order (r7t-pebble, tisela-3); `collide` words of the harness's *other* names,
+so the name points at the wrong module (product-qa → faq-order) and only the description tells them apart.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import random
 import re
 from collections.abc import Sequence
 
+from harness.augmentation import vocabulary
 from harness.spec.validate import name_problem
 
 # Token (or hyphen/underscore-joined token pair) → synonyms. Ambiguous tokens (order, return, sales
@@ -69,7 +73,7 @@ def fresh_name(old: str, kind: str, styles: Sequence[str], rng: random.Random, t
     separator = "_" if kind == "tool" and "_" in old else "-"
     for _ in range(12):
         style = rng.choice(tuple(styles))
-        candidate = _candidate(old, kind, style, separator, rng)
+        candidate = _candidate(old, kind, style, separator, rng, taken)
         if candidate and candidate != old and candidate not in taken and _valid(candidate, kind):
             taken.add(candidate)
             return candidate
@@ -98,7 +102,7 @@ def _valid(name: str, kind: str) -> bool:
     return name_problem(name, allow_underscore=kind == "tool") is None and name != "load_skill"
 
 
-def _candidate(old: str, kind: str, style: str, separator: str, rng: random.Random) -> str | None:
+def _candidate(old: str, kind: str, style: str, separator: str, rng: random.Random, taken: set[str]) -> str | None:
     tokens = _TOKEN.findall(old)
     if style == "synonym":
         swapped = _swap_synonyms(tokens, rng)
@@ -109,7 +113,32 @@ def _candidate(old: str, kind: str, style: str, separator: str, rng: random.Rand
         return separator.join(parts)
     if style == "separator":
         return old.replace("_", "-") if kind == "tool" and "_" in old else None
+    if style == "vocabulary":
+        return separator.join(vocabulary.word(rng) for _ in range(rng.randint(1, 2)))
+    if style == "code":
+        return vocabulary.code(rng).replace("-", separator)
+    if style == "mixed":
+        parts = [vocabulary.word(rng), vocabulary.code(rng) if rng.random() < 0.5 else str(rng.randrange(2, 100))]
+        return separator.join(parts if rng.random() < 0.5 else parts[::-1]).replace("-", separator)
+    if style == "collide":
+        return _colliding(old, separator, rng, taken)
     return _opaque(kind, rng, digits=3)
+
+
+def _colliding(old: str, separator: str, rng: random.Random, taken: set[str]) -> str | None:
+    """Tokens of the harness's other names (never one of `old`'s own or their synonyms), one or two, maybe with
+    a general word."""
+    own = set(_TOKEN.findall(old))
+    own |= {word for key, values in SYNONYMS.items() if own & set(key) for item in values
+            for word in _TOKEN.findall(item)}
+    others = sorted({token for name in taken for token in _TOKEN.findall(name)
+                     if token not in own and not token.isdigit() and token not in ("load", "skill")})
+    if not others:
+        return None
+    parts = rng.sample(others, min(len(others), rng.randint(1, 2)))
+    if len(parts) == 1 or rng.random() < 0.3:
+        parts.append(vocabulary.word(rng))
+    return separator.join(parts)
 
 
 def _swap_synonyms(tokens: list[str], rng: random.Random) -> list[str]:

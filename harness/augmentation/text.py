@@ -101,14 +101,39 @@ PHRASES: Mapping[str, tuple[str, ...]] = {
     "short": ("brief",), "Short": ("Brief",),
     "kindly": ("politely", "gently"), "politely": ("courteously",),
     "warm": ("friendly",), "upbeat": ("cheerful",), "cheerful": ("upbeat",),
-    "questions": ("queries",),
+    "questions": ("queries", "enquiries"),
     "a product": ("an item",), "A product": ("An item",),
     "product": ("item",), "products": ("items",), "Product": ("Item",), "Products": ("Items",),
     "e.g.": ("for example",),
-    "Handles": ("Covers", "Deals with", "Takes care of"),
-    "Answers": ("Responds to", "Covers"),
+    "Handles": ("Covers", "Deals with", "Takes care of", "Looks after", "Is for"),
+    "Answers": ("Responds to", "Covers", "Replies to", "Deals with", "Takes"),
+    "Replies to": ("Responds to", "Answers", "Handles"),
+    "Asks": ("Puts", "Poses"),
+    "ambiguous": ("unclear", "vague"),
+    "small talk": ("chit-chat", "chitchat"),
+    "greetings": ("hellos", "salutations", "hellos and goodbyes"),
+    "product fact": ("product detail", "fact about a product", "product information"),
+    "store policy": ("shop policy", "store rules", "the store's policy", "shop rules"),
+    "in a few words": ("briefly", "in a few keywords"),
+    "as shown in the room": ("as the room shows it", "shown in the room"),
+    "asking viewer's": ("viewer's",),
+    "viewer's own": ("viewer's",),
+    "one product": ("a single product", "one item", "a product"),
+    "by link id": ("by its link id", "from its link id", "using the link id", "given its link id"),
+    "by order number": ("by its order number", "from the order number", "given the order number"),
+    "the promotion on": ("the current promotion on", "the offer on", "the deal on", "any promotion on"),
+    "one short question": ("a single short question", "one brief question", "one quick question"),
+    "answers a follow-up": ("replies to a follow-up", "handles a follow-up", "takes a follow-up"),
+    "in this room": ("in this stream", "on this stream", "shown in this room"),
+    "about a product": ("about an item", "on a product", "regarding a product"),
+    "ask for no": ("need no", "call for no"),
+    "entries": ("items", "notes", "pages", "articles"),
+    "questions about": ("questions on", "queries about", "questions regarding", "questions concerning"),
+    "by keywords": ("by key words", "using keywords", "from a few keywords", "matching keywords"),
+    "the message": ("the viewer's message", "a message"),
+    " - ": (": ", " — ", ", namely "),
     "Strategy for": ("Approach for", "Playbook for", "Method for"),
-    "Look up": ("Fetch", "Retrieve"),
+    "Look up": ("Fetch", "Retrieve", "Find", "Get", "Read"),
     "Search": ("Query", "Look through"),
     "Returns": ("Gives back", "Provides"),
     "Call": ("Invoke", "Use"),
@@ -160,6 +185,36 @@ def paraphrase(text: str, rng: random.Random, rate: float) -> str:
         last = protected.end()
     out.append(_PHRASE.sub(substitute, text[last:]))
     return "".join(out)
+
+
+# Enumerations in a description ("status, tracking, returns, refunds.", "price, stock, size and spec
+# questions"): one-word items after ": ", "- ", "about " or a leading verb, ending at punctuation or before
+# "questions"; after ": " or "- " and up to a full stop, items of up to three words ("price, promo price,
+# stock."). Shuffling them keeps the meaning; a list that runs into other words ("greetings, thanks and
+# small talk that …") is left alone, since its last item's extent is unknown.
+_ENUMERATION = re.compile(
+    r"(?:(?<=: )|(?<=- )|(?<=about )|(?<=Answers )|(?<=Covers ))"
+    r"([A-Za-z]+(?:, [A-Za-z]+)+)(?:(,? )(and|or) ([A-Za-z]+))?(?=[.;]|$| questions)"
+    r"|(?:(?<=: )|(?<=- ))([A-Za-z]+(?: [A-Za-z]+){0,2}(?:, [A-Za-z]+(?: [A-Za-z]+){0,2})+)"
+    r"(?:(,? )(and|or) ([A-Za-z]+(?: [A-Za-z]+){0,2}))?(?=\.(?:\s|$)|$)"
+)
+
+
+def shuffle_enumerations(text: str, rng: random.Random) -> str:
+    """`text` with the items of each enumeration of three or more one-word items in a new random order."""
+
+    def shuffle(match: re.Match[str]) -> str:
+        offset = 0 if match.group(1) else 4  # the one-word form, or the short-phrase form
+        head, comma, conjunction, last = (match.group(offset + i) for i in range(1, 5))
+        items = head.split(", ") + ([last] if last else [])
+        if len(items) < 3:
+            return match.group(0)
+        rng.shuffle(items)
+        if not last:
+            return ", ".join(items)
+        return ", ".join(items[:-1]) + f"{comma}{conjunction} {items[-1]}"
+
+    return _ENUMERATION.sub(shuffle, text)
 
 
 # Sentences ----------------------------------------------------------------------------------------

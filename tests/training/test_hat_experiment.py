@@ -4,10 +4,11 @@ held-out harness edits: one per case, built from names and settings HSA never pr
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from harness.augmentation import HsaConfig, augment
+from harness.augmentation import HsaConfig, augment, vocabulary
 from training.case_hashing import case_content_hash
 from training.default_model import ship_decision
 from training.hat import heldout
@@ -40,9 +41,15 @@ class Quiet:
         pass
 
 
-def test_heldout_banks_are_outside_hsa():
+def test_heldout_banks_are_outside_hsa(monkeypatch):
     assert heldout.heldout_tokens() and not heldout.heldout_tokens() & heldout.hsa_tokens()
     heldout.check_banks_disjoint(compact_spec())
+    # HSA's general vocabulary and codes count as HSA words, and the held-out banks sit in its reserve.
+    assert set(vocabulary.pseudo_words()) | set(vocabulary.GENERAL_WORDS) <= heldout.hsa_tokens()
+    assert heldout.heldout_tokens() <= vocabulary.RESERVED
+    monkeypatch.setattr(vocabulary, "RESERVED", vocabulary.RESERVED - {"amber"})
+    with pytest.raises(ValueError, match="amber"):
+        heldout.check_banks_disjoint()
 
 
 def test_heldout_names_never_come_out_of_hsa():
@@ -52,11 +59,16 @@ def test_heldout_names_never_come_out_of_hsa():
     heldout_names = {m.name for v in data.heldout for m in (*v.spec.skills, *v.spec.tools)}
     hsa_names = set()
     hsa_hashes = set()
+    hsa_descriptions = set()
     for seed in range(200):
         variant = augment(spec, HsaConfig(skill_identifiers=1.0, tool_definitions=1.0, system_prompt=1.0), seed=seed)
         hsa_names |= {m.name for m in (*variant.spec.skills, *variant.spec.tools)}
+        hsa_descriptions |= {m.description for m in (*variant.spec.skills, *variant.spec.tools)}
         hsa_hashes.add(variant.spec.content_hash)
     assert not (heldout_names - {"load_skill"}) & hsa_names
+    assert not {word for name in hsa_names for word in re.findall(r"[a-z]+", name)} & heldout.heldout_tokens()
+    # The held-out wordings and late skills' descriptions are never an HSA description either.
+    assert not hsa_descriptions & {*heldout.TOOL_WORDINGS.values(), *(d for d, _ in heldout.LATE_SKILLS)}
     assert not {v.spec.content_hash for v in data.heldout} & hsa_hashes
 
 

@@ -31,7 +31,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from harness.augmentation import HsaConfig
+from harness.augmentation import HsaConfig, vocabulary
 from harness.augmentation.augment import _State  # HSA's rename-everywhere builder (see module docstring)
 from harness.augmentation.mapping import HsaMapping
 from harness.augmentation.names import _AFFIXES, _OPAQUE, SYNONYMS
@@ -89,6 +89,9 @@ def hsa_tokens() -> set[str]:
     for template in BANK:
         for item in template.names:
             words |= _tokens(item)
+    # The general vocabulary and the codes of the meaningless styles (harness/augmentation/vocabulary.py).
+    # `collide` names are made of the harness's own name tokens, which check_banks_disjoint(spec) covers.
+    words.update(vocabulary.pseudo_words(), vocabulary.GENERAL_WORDS, vocabulary.code_tokens())
     return words
 
 
@@ -97,7 +100,11 @@ def heldout_tokens() -> set[str]:
 
 
 def check_banks_disjoint(spec: HarnessSpec | None = None) -> None:
-    """Raise when a held-out word could come out of HSA (or is already a word of the harness's names)."""
+    """Raise when a held-out word could come out of HSA (or is already a word of the harness's names), or is
+    not in HSA's reserve (`vocabulary.RESERVED`, the words HSA promises never to draw)."""
+    outside = heldout_tokens() - vocabulary.RESERVED
+    if outside:
+        raise ValueError(f"held-out name words missing from harness.augmentation.vocabulary.RESERVED: {sorted(outside)}")
     clash = heldout_tokens() & hsa_tokens()
     if spec is not None:
         for module in (*spec.skills, *spec.tools):
