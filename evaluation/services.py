@@ -459,8 +459,29 @@ def cases_evaluate(*, run: EvalRun, files: dict[str, str], case_ids) -> dict[str
         case, outcome = item
         found[case.case_id] = (outcome.accuracy, outcome.effectiveness)
 
-    asyncio.run(_evaluate_all(run, cases, spec, judge, suite, collect, threading.Event(), http_policy))
+    def evaluate() -> None:
+        asyncio.run(_evaluate_all(run, cases, spec, judge, suite, collect, threading.Event(), http_policy))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case (a worker, a thread of the embedded server): no loop here yet
+        evaluate()
+        return found
+    # Called under a running event loop (a test driving a browser): the turns get a loop of their own thread.
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _capture(evaluate, failure), name=f"cases-evaluate-{run.pk}")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
     return found
+
+
+def _capture(fn, failures: list) -> None:
+    try:
+        fn()
+    except BaseException as exc:  # handed to the calling thread
+        failures.append(exc)
 
 
 DEFAULT_GATE = {"metrics": ["accuracy", "effectiveness"], "max_drop": 0.02, "confidence": 0.95, "method": "bootstrap",

@@ -107,7 +107,7 @@ def vote(verdicts: Iterable[Verdict]) -> Verdict:
     model_ids = tuple(m for v in everyone for m in v.model_ids)
     judge_hash = next((v.judge_hash for v in everyone if v.judge_hash), "")
     verdicts = [v for v in everyone if not v.abstained]
-    votes = tuple((v.judge, v.accuracy) for v in everyone)
+    each_say = tuple((v.judge, v.accuracy) for v in everyone)
     if not verdicts:
         return Verdict.abstain(judge=label, model_ids=model_ids, judge_hash=judge_hash,
                                reasons=dict.fromkeys(r for v in everyone for r in v.reasons))
@@ -123,4 +123,4 @@ def vote(verdicts: Iterable[Verdict]) -> Verdict:
     prefix = len({v.judge for v in everyone}) > 1
     reasons = dict.fromkeys(f"[{v.judge}] {r}" if prefix else r for v in everyone for r in v.reasons)
     return Verdict(accuracy=accuracy, effectiveness=effectiveness, reasons=tuple(reasons), checks=checks,
-                   judge=label, model_ids=model_ids, judge_hash=judge_hash, votes=votes)
+                   judge=label, model_ids=model_ids, judge_hash=judge_hash, votes=each_say)
