@@ -216,3 +216,26 @@ def test_a_scrape_is_answered_before_host_validation_and_the_https_redirect(clie
     assert scraped.status_code == 200 and b"harnessops_reply_requests" in scraped.content
     assert client.get("/metrics", HTTP_HOST="10.0.3.7:8000").status_code == 401
     assert client.get("/healthz/x", HTTP_HOST="console.shop.example").status_code == 301  # the rest: redirected
+
+
+def test_the_dashboard_and_the_scrape_configuration_name_metrics_that_exist():
+    """docs/observability/: every metric the Grafana dashboard queries is one /metrics serves (a renamed metric
+    fails here, not on an operator's empty panel), and the Prometheus and collector configurations parse."""
+    import re
+
+    import yaml
+    from prometheus_client import REGISTRY
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "observability"
+    dashboard = json.loads((root / "grafana-dashboard.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"harnessops_[a-z_]+", target["expr"])}
+    served = {sample_name for family in REGISTRY.collect() if family.name.startswith("harnessops_")
+              for sample_name in (family.name, f"{family.name}_total", f"{family.name}_bucket",
+                                  f"{family.name}_sum", f"{family.name}_count")}
+    served.add("harnessops_celery_queue_depth")  # read from the broker at scrape time
+    assert queried and queried <= served, queried - served
+    scrape = yaml.safe_load((root / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["metrics_path"] == "/metrics" and scrape["authorization"]["type"] == "Bearer"
+    collector = yaml.safe_load((root / "otel-collector.yaml").read_text())
+    assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
