@@ -23,7 +23,7 @@ _FIRST_PROPOSAL = {"proposal_id": "$response.body#/0/id"}
 def _diagnosis_out(d: Diagnosis) -> dict:
     return {"id": d.pk, "harness": d.harness.name, "version": d.version.number, "source": d.source, "run": d.run_id,
             "window_start": d.window_start, "window_end": d.window_end, "status": d.status,
-            "error": d.error, "advice": d.advice, "summary": d.summary, "created_at": d.created_at}
+            "error": d.error, "advice": d.advice, "split": d.split, "summary": d.summary, "created_at": d.created_at}
 
 
 def _cluster_out(c: Cluster) -> dict:

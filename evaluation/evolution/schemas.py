@@ -43,7 +43,11 @@ class DiagnosisOut(Schema):
     window_end: datetime | None
     status: str
     error: str
-    advice: dict
+    advice: dict = Field(description="Stop advice: stop, rule, detail; when stopping, `keep` names the best version "
+                                     "so far on the gate split (version, round, accuracy, ci).")
+    split: dict = Field(description="The diagnosis and gate splits: `kind` seeded (seed, gate_share, "
+                                    "diagnosis_case_ids, gate_case_ids), sets (gate_set), live, or empty (no "
+                                    "held-out split). The diagnosis read only the diagnosis split.")
     summary: dict
     created_at: datetime
 

@@ -40,7 +40,8 @@ def stop_advice(clustering: Clustering, *, gains: Sequence[float] = (), config: 
     recent = list(gains)[-config.patience:]
     if gains and gains[-1] < 0:
         return StopAdvice(True, "last-round-regressed",
-                          f"the last accepted round lost {-gains[-1]:.1%} accuracy: roll it back rather than go on")
+                          f"the last accepted round lost {-gains[-1]:.1%} accuracy on the gate cases: keep the best round "
+                          "so far rather than go on")
     if len(recent) == config.patience and all(g < config.min_gain for g in recent):
         return StopAdvice(True, "diminishing-returns",
                           f"the last {config.patience} rounds gained {', '.join(f'{g:+.1%}' for g in recent)} "

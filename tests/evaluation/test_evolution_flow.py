@@ -131,6 +131,8 @@ def test_api_requests_a_diagnosis_and_decides(client, workspace, harness, finish
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     response = client.post(f"/api/v1/eval/runs/{finished_run.pk}/diagnoses", **auth)
     assert response.status_code == 201 and response.json()["status"] == "queued"
+    split = response.json()["split"]  # the API's diagnosis reads the default seeded split, and says so
+    assert split["kind"] == "seeded" and split["seed"] == 0 and split["gate_case_ids"]
     diagnosis_id = response.json()["id"]
     diagnosing.diagnosis_execute(diagnosis_id=diagnosis_id)  # the job (run inline here)
     clusters = client.get(f"/api/v1/diagnoses/{diagnosis_id}/clusters", **auth).json()
