@@ -444,8 +444,9 @@ async def _evaluate_all(run: EvalRun, pending: list[EvalCase], spec, judge, suit
 
 def cases_evaluate(*, run: EvalRun, files: dict[str, str], case_ids) -> dict[str, tuple[float | None, float | None]]:
     """Evaluate some of `run`'s cases again on other harness files (same set, backend, judge and tool hosts),
-    storing nothing: case id → (accuracy, effectiveness), None for an abstention. For what-if questions
-    (leave-one-out attribution, trying a proposed edit); a case that errors counts as failed, as in a run."""
+    storing nothing: case id → (accuracy, effectiveness), None for an abstention or a case whose evaluation
+    errored (unlike a run, where it counts as failed: here the question is what the files change). For
+    what-if questions (leave-one-out attribution, trying a proposed edit)."""
     from harness.spec import parse_files
 
     spec = parse_files(files)
@@ -456,8 +457,8 @@ def cases_evaluate(*, run: EvalRun, files: dict[str, str], case_ids) -> dict[str
     found: dict[str, tuple[float | None, float | None]] = {}
 
     def collect(item) -> None:
-        case, outcome = item
-        found[case.case_id] = (outcome.accuracy, outcome.effectiveness)
+        case, outcome = item  # an errored case is not known to fail because of the files: (None, None)
+        found[case.case_id] = (None, None) if outcome.outcome == ERRORED else (outcome.accuracy, outcome.effectiveness)
 
     def evaluate() -> None:
         asyncio.run(_evaluate_all(run, cases, spec, judge, suite, collect, threading.Event(), http_policy))

@@ -99,7 +99,17 @@ def _diagnosis_context(diagnosis) -> dict:
     return {**_round_context(diagnosis), "worker_lost": diagnosing.diagnosis_worker_lost(diagnosis),
             "max_attempts": diagnosing.MAX_ATTEMPTS,
             "review": selectors.review(diagnosis) if diagnosis.status == "done" else [],
+            "trials": _trial_counts(diagnosis.summary.get("trials")),
             "invalid": diagnosis.proposals.filter(valid=False).select_related("cluster")}
+
+
+def _trial_counts(trials) -> dict | None:
+    """What propose-try-keep did, in counts for the status card (None: no trials were run)."""
+    if trials is None:
+        return None
+    return {"tried": sum(1 for t in trials if t.get("kept") is not None),
+            "kept": sum(1 for t in trials if t.get("kept")),
+            "unknown": sum(1 for t in trials if t.get("kept") is None)}
 
 
 @workspace_view()

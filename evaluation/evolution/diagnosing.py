@@ -269,7 +269,7 @@ def _try_and_keep(diagnosis: Diagnosis, proposals, clusters):
 
     def evaluate(files, case_ids):
         found = cases_evaluate(run=diagnosis.run, files=files, case_ids=case_ids)
-        return {cid: acc is not None and eff is not None and acc >= 1 and eff >= 1
+        return {cid: None if acc is None or eff is None else acc >= 1 and eff >= 1
                 for cid, (acc, eff) in found.items()}
 
     return try_and_keep(proposals, clusters, dict(diagnosis.version.files), evaluate)

@@ -18,8 +18,9 @@ from evaluation.evolution.clusters import FailureCluster
 from evaluation.evolution.patches import PatchError, apply_diff
 from evaluation.evolution.proposals import Proposal
 
-# files after the edit, case ids → case id → the case passes
-Evaluate = Callable[[dict, list[str]], Mapping[str, bool]]
+# files after the edit, case ids → case id → the case passes (None: not known, e.g. the case errored or the judge
+# abstained; a trial with unknown cases is reported, and ranks no variant)
+Evaluate = Callable[[dict, list[str]], Mapping[str, bool | None]]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,12 @@ def try_and_keep(proposals: Sequence[Proposal], clusters: Sequence[FailureCluste
         except PatchError:  # validation already refused it; nothing to try
             continue
         outcome = evaluate(edited, [*failing, *passing])
+        unknown = [c for c in (*failing, *passing) if outcome.get(c) is None]
+        if unknown:  # an error is not a verdict on the edit: say so, and keep the proposal as it was
+            trials.append({"cluster": proposal.cluster_id, "generator": proposal.generator,
+                           "fingerprint": proposal.fingerprint, "unknown": len(unknown),
+                           "of": len(failing) + len(passing), "kept": None})
+            continue
         fixed = sum(1 for c in failing if outcome.get(c))
         broke = sum(1 for c in passing if not outcome.get(c))
         scores[index] = (fixed - broke, -len(proposal.diff), -index)
@@ -66,7 +73,7 @@ def try_and_keep(proposals: Sequence[Proposal], clusters: Sequence[FailureCluste
             best[key] = index
     kept = set(best.values())
     out = list(proposals)
-    trial_of = {t["fingerprint"]: t for t in trials}
+    trial_of = {t["fingerprint"]: t for t in trials if "unknown" not in t}
     for index in scores:
         proposal, trial = proposals[index], trial_of[proposals[index].fingerprint]
         note = (f"Tried on {trial['of']} of the cluster's diagnosis cases: fixed {trial['fixed']}; "

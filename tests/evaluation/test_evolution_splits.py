@@ -125,6 +125,7 @@ def test_no_diagnosis_case_reaches_the_gate_figures(workspace, harness, members,
     client.force_login(members["viewer"])
     page = client.get(f"/w/acme/evolution/diagnoses/{diagnosis.pk}/").content.decode()
     assert 'data-split="gate"' in page and 'data-split="diagnosis"' in page and 'id="split"' in page
+    assert diagnosis.summary["trials"] and 'id="trials"' in page and "tried on samples of the diagnosis cases" in page
 
 
 @pytest.mark.django_db
@@ -451,3 +452,22 @@ def test_rejections_for_the_same_signature_steer_the_proposer():
     assert "unrelated reason" not in message
     assert "unrelated reason" not in HarnessProposer(lambda: None, rejections_by_core={"x": ["unrelated reason"]}
                                                      ).message(cluster, spec)
+
+
+def test_a_trial_whose_cases_errored_ranks_nothing_and_says_so():
+    from evaluation.evolution.clusters import cluster_failures
+    from evaluation.evolution.proposals import propose_by_rules
+    from evaluation.evolution.trials import try_and_keep
+    from harness.spec import parse_files, read_dir, to_files
+    from tests.conftest import DEMO_HARNESS
+    from tests.evaluation.evolution_builders import passing, skill_missing
+
+    spec = parse_files(read_dir(DEMO_HARNESS))
+    messages = ["knit price tag today", "knit price tag now", "wool blend price tag", "wool blend knit cost"]
+    records = [skill_missing(i, message=m) for i, m in enumerate(messages)] + [passing(1)]
+    clustering = cluster_failures(records, spec)
+    made = [p for p in propose_by_rules(clustering.clusters, {r.case_id: r for r in records}, spec)
+            if p.generator == "rules:skill-trigger"]
+    kept, trials = try_and_keep(made, clustering.clusters, to_files(spec), lambda files, ids: dict.fromkeys(ids))
+    assert [p.errors for p in kept] == [(), ()] and [p.rationale for p in kept] == [p.rationale for p in made]
+    assert all(t["kept"] is None and t["unknown"] == t["of"] for t in trials) and len(trials) == 2
