@@ -42,7 +42,12 @@ def judge_live_trace(trace_id: str) -> str:
     Trace.objects.filter(pk=trace.pk).update(judge_accuracy=verdict.accuracy,
                                              judge_effectiveness=verdict.effectiveness,
                                              judge_version=verdict.judge[:100],
-                                             judge_reasons=[str(r)[:1000] for r in verdict.reasons][:20])
+                                             judge_reasons=[str(r)[:1000] for r in verdict.reasons][:20],
+                                             # each judge's say, when several voted: a diagnosis of live
+                                             # traffic sees them disagree or abstain (judge-suspect)
+                                             **({"data": {**(trace.data or {}), "judge_votes": [
+                                                 {"judge": j, "accuracy": a} for j, a in verdict.votes]}}
+                                                if verdict.votes else {}))
     experiment = Experiment.objects.filter(workspace=trace.workspace, key=experiment_key_of(trace.arm)).first()
     if experiment is not None:
         enqueue("serving.check_guardrails", args=[experiment.pk], queue="cpu")

@@ -37,7 +37,9 @@ def live_records(diagnosis: Diagnosis) -> tuple[list[CaseRecord], dict]:
     rows = list(judged(traces).order_by("-created_at", "-id")[:MAX_LIVE_TRACES])
     records = [CaseRecord(case_id=t.trace_id, category="live", accuracy=t.judge_accuracy,
                           effectiveness=t.judge_effectiveness, reasons=tuple(str(r) for r in t.judge_reasons or ()),
-                          reply=t.reply, message=t.message, trace=t.data or {})
+                          reply=t.reply, message=t.message, trace=t.data or {},
+                          judge_votes=tuple((str(v.get("judge", "")), v.get("accuracy")) for v in (t.data or {}).get(
+                              "judge_votes") or () if isinstance(v, dict)))
                for t in reversed(rows)]
     counts = {"traces": traces.count(), "judged": len(records),
               "abstained": traces.filter(judge_accuracy__isnull=True).exclude(judge_version="").count(),

@@ -471,3 +471,35 @@ def test_a_trial_whose_cases_errored_ranks_nothing_and_says_so():
     kept, trials = try_and_keep(made, clustering.clusters, to_files(spec), lambda files, ids: dict.fromkeys(ids))
     assert [p.errors for p in kept] == [(), ()] and [p.rationale for p in kept] == [p.rationale for p in made]
     assert all(t["kept"] is None and t["unknown"] == t["of"] for t in trials) and len(trials) == 2
+
+
+@pytest.mark.django_db
+def test_the_live_judge_keeps_each_judges_say_for_a_live_diagnosis(workspace, harness, monkeypatch):
+    import time
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from evaluation import live_judging
+    from evaluation.evolution.records import live_records
+    from evaluation.judges.verdict import Verdict, vote
+    from serving.models import Trace
+    from serving.traces import trace_row, traces_store
+    from tests.evaluation.builders import make_trace
+
+    async def panel(case, trace):  # two judge models that disagree, as a harness-judge vote would
+        return vote([Verdict(accuracy=0, effectiveness=0.0, judge="harness:qwen"),
+                     Verdict(accuracy=1, effectiveness=1.0, judge="harness:llama"),
+                     Verdict(accuracy=0, effectiveness=0.0, judge="harness:phi")])
+
+    monkeypatch.setattr(live_judging, "resolve_judge", lambda name, backend: panel)
+    data = {**make_trace("It is $40."), "trace_id": uuid.uuid4().hex, "started_at": time.time() - 60}
+    traces_store([trace_row(workspace_id=workspace.pk, data=data, source=Trace.Source.API, harness_id=harness.pk,
+                            version_id=harness.head_id)])
+    live_judging.judge_live_trace(data["trace_id"])
+    trace = Trace.objects.get(trace_id=data["trace_id"])
+    assert trace.judge_accuracy == 0 and trace.data["judge_votes"][1] == {"judge": "harness:llama", "accuracy": 1}
+    diagnosis = Diagnosis(workspace=workspace, harness=harness, version=harness.head, source="live",
+                          window_start=datetime.now(UTC) - timedelta(hours=1),
+                          window_end=datetime.now(UTC) + timedelta(minutes=1))
+    [record], _ = live_records(diagnosis)
+    assert record.judge_votes == (("harness:qwen", 0), ("harness:llama", 1), ("harness:phi", 0))
