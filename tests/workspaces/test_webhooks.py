@@ -260,3 +260,39 @@ def test_only_the_ai_actors_commits_are_announced(workspace, harness, receiver, 
     assert headers["X-HarnessOps-Event"] == "version.committed"
     assert payload["data"]["version"] == ai.number and payload["data"]["actor"] == "evolution"
     assert WebhookDelivery.objects.count() == 1  # the person's commit was not announced
+
+
+def test_a_gate_verdict_and_a_guardrail_stop_are_announced(workspace, harness, receiver, actors, settings):
+    from evaluation import services as eval_services
+
+    webhooks.endpoint_create(actor=actors["admin"], workspace=workspace, url=receiver.url,
+                             events=["gate.verdict", "experiment.stopped"])
+    settings.MODEL_BACKEND, settings.SCRIPTED_STEPS = "scripted", [
+        {"tool_calls": [{"name": "load_skill", "arguments": {"name": "casual-chat"}}]},
+        "Hi! Welcome to the stream, great to have you here."]
+    version = eval_services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="gate", suite="live_stream_qa",
+                                              seed=8, n=4)
+    runs = []
+    for _ in range(2):
+        run = eval_services.run_create(actor=SYSTEM, workspace=workspace, set_version=version, harness=harness,
+                                       version=harness.head, backend="scripted", start=False)
+        eval_services.run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        runs.append(run)
+    comparison = eval_services.comparison_create(actor=SYSTEM, baseline=runs[0], candidate=runs[1])
+    headers, body, _ = receiver.next()
+    data = json.loads(body)["data"]
+    assert headers["X-HarnessOps-Event"] == "gate.verdict"
+    assert (data["comparison"], data["passed"], data["verdict"]) == (comparison.pk, comparison.passed,
+                                                                     comparison.verdict)
+    assert data["candidate_run"] == runs[1].pk and data["reasons"] == comparison.reasons
+
+    experiment = experiment_create(actor=SYSTEM, workspace=workspace, key="guarded", harness=harness, arms=[
+        {"name": "control", "weight": 1, "kind": "react"}, {"name": "treatment", "weight": 1, "kind": "react"}])
+    experiment_start(actor=SYSTEM, experiment=experiment)
+    experiment_stop(actor=Actor.system("system:guardrail"), experiment=experiment,
+                    reason="auto-stop guardrail: treatment: latency P95 9000 ms above 5000 ms", control_only=True)
+    headers, body, _ = receiver.next()
+    data = json.loads(body)["data"]
+    assert headers["X-HarnessOps-Event"] == "experiment.stopped" and data["by_guardrail"] is True
+    assert data["reason"].startswith("auto-stop guardrail") and data["control_only"] is True
