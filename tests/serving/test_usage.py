@@ -123,3 +123,28 @@ def test_backends_report_cached_prompt_tokens():
     response = asyncio.run(ScriptedBackend(["two words"]).complete(
         [{"role": "system", "content": "one two three"}, {"role": "user", "content": "four five"}], []))
     assert (response.tokens_in, response.tokens_out, response.tokens_cached) == (5, 2, 0)
+
+
+@pytest.mark.django_db
+def test_an_eval_runs_page_shows_its_tokens_a_turn(client, members, workspace, harness, settings):
+    from evaluation import services as eval_services
+
+    settings.MODEL_BACKEND = "scripted"
+    settings.SCRIPTED_STEPS = [{"tool_calls": [{"name": "load_skill", "arguments": {"name": "casual-chat"}}],
+                                "tokens_in": 500, "tokens_cached": 400, "tokens_out": 12},
+                               {"content": "Hi! Welcome to the stream, great to have you here.", "tokens_in": 530,
+                                "tokens_cached": 500, "tokens_out": 11}]
+    version = eval_services.eval_set_generate(actor=SYSTEM, workspace=workspace, name="tok", suite="live_stream_qa",
+                                              seed=3, n=4)
+    run = eval_services.run_create(actor=SYSTEM, workspace=workspace, set_version=version, harness=harness,
+                                   version=harness.head, backend="scripted", start=False)
+    eval_services.run_execute(run_id=run.pk)
+    turns = [r.trace for r in run.results.all() if "tokens_in" in r.trace]
+    assert turns and all(t["tokens_in"] == 1030 for t in turns if t["model_calls"] == 2)
+    client.force_login(members["viewer"])
+    html = client.get(f"/w/acme/eval/runs/{run.pk}/").content.decode()
+    table = html[html.index('id="replay-tokens"'):]
+    table = table[:table.index("</table>")]
+    stats = token_stats(turns)
+    for kind in ("prompt", "cached", "completion"):
+        assert f"<td>{stats[kind + '_p50']:.0f}</td><td>{stats[kind + '_p95']:.0f}</td>" in table
