@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.conf import settings as django_settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -202,3 +203,28 @@ def test_export_is_off_without_a_collector_and_a_dead_one_never_fails_a_reply(re
         assert reply("v2")["outcome"] == "replied"
     finally:
         otel.reset()
+
+
+@pytest.mark.skipif(not django_settings.REDIS_URL
+                    or not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+                    reason="the route on the loop needs PostgreSQL and Redis")
+@pytest.mark.django_db(transaction=True)
+def test_the_route_on_the_event_loop_exports_its_replies_too(receiver, workspace, harness, settings):
+    from django.core.cache import cache
+
+    from tests.serving import test_lean_reply as lean
+
+    settings.MODEL_BACKEND, settings.SCRIPTED_STEPS, settings.REPLY_RATE_PER_MINUTE = "scripted", lean.STEPS, 1000
+    cache.clear()
+    harness_services.label_move(actor=SYSTEM, harness=harness, name="production", version=harness.head, reason="go")
+    room_upsert(workspace=workspace, context=lean.ROOM, harness=harness)
+    token = api_key_create(actor=SYSTEM, workspace=workspace, name="platform", scopes=["read"])[1]
+    answers = lean.asgi([(lean.REPLY, {**lean.HELLO, "viewer_id": f"v{i}"}, lean.bearer(token)) for i in range(2)])
+    assert answers[0]["django"] and not answers[1]["django"]
+    assert otel.flush()
+    spans = [span for _, span in receiver.spans()]
+    turns = {s.trace_id.hex(): s for s in spans if s.name == "invoke_agent avatar"}
+    assert set(turns) == {a["json"]["trace_id"] for a in answers}  # one turn span per reply, each its own trace
+    for turn in turns.values():
+        children = [s for s in spans if s.trace_id == turn.trace_id and s.parent_span_id == turn.span_id]
+        assert {s.name for s in children} >= {"chat scripted", "execute_tool get_product_info_by_link_id"}
