@@ -108,6 +108,29 @@ def test_a_grammar_is_built_once_per_harness_version_and_choice():
     assert grammar_for(key, TOOLS, "required") is not first and GRAMMARS.builds == before + 2
 
 
+def test_checking_the_best_token_first_decodes_what_llama_cpps_grammar_sampler_does(model):
+    """GreedyGrammar (the local backend's path) against llama.cpp's grammar sampler filtering every token."""
+    from llama_cpp import LlamaGrammar
+
+    from serving.backends.hermes import render_chatml
+    from serving.backends.local import GreedyGrammar
+
+    grammar = tool_grammar.gbnf(TOOLS, tool_choice="required")
+    prompt = render_chatml([{"role": "user", "content": "Please call the get_weather tool for Paris."}], TOOLS)
+    tokens = model.llama.tokenize(prompt.encode(), add_bos=True, special=True)
+    with model.lock:
+        full = model.llama.create_completion(tokens, max_tokens=40, temperature=0.0,
+                                             grammar=LlamaGrammar.from_string(grammar, verbose=False))
+        fast = GreedyGrammar(model.llama, grammar)
+        try:
+            quick = model.llama.create_completion(tokens, max_tokens=40, temperature=0.0, logits_processor=[fast])
+        finally:
+            fast.close()
+    text = quick["choices"][0]["text"]
+    assert text == full["choices"][0]["text"] and text.startswith("<tool_call>")
+    assert 0 < fast.full_filters < 20  # only where the model's best token was refused
+
+
 def test_a_constrained_turn_of_the_real_model_only_calls_declared_names():
     """The prompt asks for an undeclared tool; with `required`, the grammar makes every call a declared one
     with schema-valid arguments (the unconstrained model answers in text here, calling nothing)."""
