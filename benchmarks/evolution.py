@@ -134,15 +134,25 @@ class Evaluator:
     """Runs cases on harness files through the product's eval path (evaluate_case + reference judge); greedy
     decoding is deterministic, so outcomes are cached by (harness hash, case id)."""
 
-    def __init__(self, cases: Sequence, make_backend: Callable[[], Any], say: Callable[[str], None] = print):
+    def __init__(self, cases: Sequence, make_backend: Callable[[], Any], say: Callable[[str], None] = print,
+                 store: Path | None = None, model_key: str = ""):
         self.cases = {c.case_id: c for c in cases}
         self.make_backend, self.say = make_backend, say
         self.cache: dict[tuple[str, str], Scored] = {}
         self.turns = 0
         self.seconds = 0.0
+        # Outcomes kept on disk between runs of the same model and token cap (--cache): greedy decoding
+        # gives the same turn again, so a rerun pays only for harness versions it has not seen.
+        self.store, self.model_key = store, model_key
+        if store is not None and store.is_file():
+            for key, value in json.loads(store.read_text()).get(model_key, {}).items():
+                spec_hash, case_id = key.split("|", 1)
+                self.cache[(spec_hash, case_id)] = Scored(**{**value, "reasons": tuple(value["reasons"])})
+        self.reused = 0
 
     def run(self, spec: HarnessSpec, case_ids: Sequence[str], label: str = "") -> dict[str, Scored]:
         todo = [c for c in case_ids if (spec.content_hash, c) not in self.cache]
+        self.reused += len(case_ids) - len(todo)
         if todo:
             started = time.perf_counter()
             asyncio.run(self._run(spec, todo))
@@ -151,6 +161,7 @@ class Evaluator:
             self.seconds += spent
             if label:
                 self.say(f"  {label}: {len(todo)} cases in {spent:.0f} s ({spent / len(todo):.1f} s/case)")
+            self.save()
         return {c: self.cache[(spec.content_hash, c)] for c in case_ids}
 
     async def _run(self, spec: HarnessSpec, case_ids: Sequence[str]) -> None:
@@ -166,6 +177,14 @@ class Evaluator:
             close = getattr(backend, "aclose", None)
             if close is not None:
                 await close()
+
+    def save(self) -> None:
+        if self.store is None:
+            return
+        stored = json.loads(self.store.read_text()) if self.store.is_file() else {}
+        stored[self.model_key] = {f"{h}|{c}": dataclasses.asdict(s) for (h, c), s in self.cache.items()}
+        self.store.parent.mkdir(parents=True, exist_ok=True)
+        self.store.write_text(json.dumps(stored))
 
     def passes(self, files: dict, case_ids: list[str]) -> dict[str, bool]:
         """What try_and_keep asks: does each case pass on these files."""
@@ -209,17 +228,22 @@ def _delta(baseline: Mapping[str, Scored], candidate: Mapping[str, Scored]) -> d
 
 def run_loop(spec: HarnessSpec, cases: Sequence, evaluator: Evaluator, *, max_rounds: int = 4, split_seed: int = 0,
              gate_min_cases: int = 20, trial: TrialConfig = TRIALS, proposer: Callable | None = None,
-             config: DiagnosisConfig = PRODUCT_DIAGNOSIS, say: Callable[[str], None] = print) -> dict:
-    """Rounds until stop advice says stop, no edit survives its trial, or `max_rounds`. Returns the report
-    (without model/host/command)."""
+             config: DiagnosisConfig = PRODUCT_DIAGNOSIS, ignore_stop: bool = False,
+             say: Callable[[str], None] = print) -> dict:
+    """Rounds until stop advice says stop (unless `ignore_stop`: then it is only recorded), no edit survives
+    its trial, or `max_rounds`. Returns the report (without model/host/command)."""
     by_id = {c.case_id: c for c in cases}
     split = stratified_split(((c.case_id, c.category) for c in cases), seed=split_seed)
     diag_ids, gate_ids = list(split.diagnosis), list(split.gate)
     assert not set(diag_ids) & set(gate_ids)
+    if len(gate_ids) < gate_min_cases:  # a gate that cannot reach its own bar would only ever say "no evidence"
+        raise SystemExit(f"--gate-min-cases {gate_min_cases}: the gate split has only {len(gate_ids)} cases; "
+                         "pass more --cases or a lower --gate-min-cases")
     guard = [by_id[c].message for c in gate_ids]  # only to refuse an edit that copies the gate cases' words
     gate = RegressionGate(min_cases=gate_min_cases, **GATE)
 
     current, outcomes = spec, evaluator.run(spec, [*diag_ids, *gate_ids], "round 0 (broken harness), all cases")
+    seen = {spec.content_hash[:12]: _cases_out(outcomes)}  # every evaluated version's per-case outcomes
     d_acc, _ = accuracy({c: outcomes[c] for c in diag_ids})
     g_acc, g_ci = accuracy({c: outcomes[c] for c in gate_ids})
     rounds = [{"round": 0, "version": spec.content_hash[:12], "diagnosis_accuracy": d_acc, "gate_accuracy": g_acc,
@@ -240,12 +264,12 @@ def run_loop(spec: HarnessSpec, cases: Sequence, evaluator: Evaluator, *, max_ro
         advice = result.advice
         clusters = result.clustering.clusters
         previous = [{"cluster_id": c.cluster_id, "core": c.core, "terms": list(c.terms)} for c in clusters] + previous
-        if advice.stop:
+        if advice.stop and not ignore_stop:
             stopped = {"before_round": number, "by": "stop advice", "rule": advice.rule, "detail": advice.detail}
             break
         if number > max_rounds:
             stopped = {"before_round": number, "by": f"--max-rounds {max_rounds}", "rule": advice.rule,
-                       "detail": f"stop advice said go on: {advice.detail}"}
+                       "detail": f"stop advice said {'stop' if advice.stop else 'go on'}: {advice.detail}"}
             break
         proposals = list(result.proposals)
         proposer_runs = []
@@ -283,6 +307,7 @@ def run_loop(spec: HarnessSpec, cases: Sequence, evaluator: Evaluator, *, max_ro
             break
         candidate = parse_files(merged)
         cand = evaluator.run(candidate, [*diag_ids, *gate_ids], f"round {number} candidate, all cases")
+        seen[candidate.content_hash[:12]] = _cases_out(cand)
         base_gate, cand_gate = {c: outcomes[c] for c in gate_ids}, {c: cand[c] for c in gate_ids}
         base_diag, cand_diag = diag_out, {c: cand[c] for c in diag_ids}
         verdict = gate.check(per_case(base_gate), per_case(cand_gate))
@@ -318,7 +343,14 @@ def run_loop(spec: HarnessSpec, cases: Sequence, evaluator: Evaluator, *, max_ro
     return {"split": {"seed": split_seed, "stratified_by": "category"}, "diagnosis_case_ids": diag_ids,
             "gate_case_ids": gate_ids, "rounds": rounds, "stopped": stopped, "best": best,
             "final_version": current.content_hash[:12],
-            "gate": {**GATE, "metrics": list(GATE["metrics"]), "min_cases": gate_min_cases}}
+            "gate": {**GATE, "metrics": list(GATE["metrics"]), "min_cases": gate_min_cases}, "outcomes": seen}
+
+
+def _cases_out(outcomes: Mapping[str, Scored]) -> dict:
+    return {c: {"accuracy": o.accuracy, "effectiveness": o.effectiveness, "outcome": o.outcome,
+                "reasons": list(o.reasons)[:3], "reply": o.reply[:200],
+                "skills": list(o.trace.get("skills_loaded") or ()), "tools": list(o.trace.get("tools_called") or ())}
+            for c, o in sorted(outcomes.items())}
 
 
 # Models -----------------------------------------------------------------------------------------------------
@@ -405,7 +437,9 @@ def render_md(report: dict) -> str:
         f"Model: `{m['name']}` on the `{m['backend']}` backend (frozen; greedy; at most {report['max_new_tokens']} "
         f"new tokens per model call). Judge: the reference judge. Host: {h['cpu']}, {h['cores']} cores "
         f"(load average {h['load_average_at_start']} at the start, shared with other work). "
-        f"Wall time {report['wall_s']:.0f} s ({report['model_turns']} case evaluations).", "",
+        f"Wall time {report['wall_s']:.0f} s ({report['model_turns']} case evaluations"
+        + (f"; {report['reused_from_cache']} more reused from --cache" if report.get("reused_from_cache") else "")
+        + ").", "",
         f"Command: `{report['command']}`", "",
         f"Cases: {report['cases']} simulated (seed {report['case_seed']}), split by the product's seeded stratified "
         f"split (seed {report['split']['seed']}) into {len(report['diagnosis_case_ids'])} diagnosis and "
@@ -433,7 +467,8 @@ def render_md(report: dict) -> str:
               f"Best on the gate split: round {b['round']} (version {b['version']}), gate accuracy "
               f"{_pct(b['gate_accuracy'])} {b['gate_ci']}.", ""]
     for r in report["rounds"][1:]:
-        lines.append(f"- Round {r['round']}: {r['proposals']} proposals, {r['valid']} valid, {r['tried']} tried on "
+        lines.append(f"- Round {r['round']}: stop advice before it: {'stop' if r['advice']['stop'] else 'go on'} "
+                     f"({r['advice']['rule']}); {r['proposals']} proposals, {r['valid']} valid, {r['tried']} tried on "
                      f"diagnosis cases; clusters: "
                      + (", ".join(f"{c['signature']} ({c['size']})" for c in r["clusters"]) or "none") + ".")
         for e in r["accepted_edits"]:
@@ -469,7 +504,18 @@ def main() -> None:
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     parser.add_argument("--write", help="write the JSON here and the Markdown beside it (.md)")
     parser.add_argument("--reading", default="", help="text for the Markdown's Reading section")
+    parser.add_argument("--ignore-stop-advice", action="store_true",
+                        help="record the stop advice but run rounds until --max-rounds or no candidate")
+    parser.add_argument("--cache", help="keep case outcomes in this JSON file and reuse them (same model, cap)")
+    parser.add_argument("--render", help="only re-render this JSON's Markdown (with --reading), running nothing")
     args = parser.parse_args()
+    if args.render:
+        source = Path(args.render)
+        report = json.loads(source.read_text())
+        report["reading"] = args.reading or report.get("reading", "")
+        source.write_text(json.dumps(report, indent=1) + "\n")
+        source.with_suffix(".md").write_text(render_md(report))
+        return
     started = time.perf_counter()
     report_host = host()
     if args.openai_base_url:
@@ -498,13 +544,15 @@ def main() -> None:
         parser.error(f"--breakages: unknown {', '.join(sorted(unknown))}")
     spec, applied = broken_harness(names, deadline_s=args.deadline)
     cases = eval_cases(args.seed, args.cases)
-    evaluator = Evaluator(cases, make_backend)
+    evaluator = Evaluator(cases, make_backend, store=Path(args.cache) if args.cache else None,
+                          model_key=f"{model['backend']}|{model['name']}|{args.max_new_tokens}")
     print(f"{model['backend']} {model['name']}; {len(cases)} cases; breakages {', '.join(names)}", flush=True)
     reference = None
     report = run_loop(spec, cases, evaluator, max_rounds=args.max_rounds, split_seed=args.split_seed,
                       gate_min_cases=args.gate_min_cases,
                       trial=TrialConfig(failing=args.trial_failing, passing=args.trial_passing),
                       proposer=model_proposer(make_backend) if args.proposer else None,
+                      ignore_stop=args.ignore_stop_advice,
                       say=lambda line: print(line, flush=True))
     if args.reference:
         clean, _ = broken_harness([], deadline_s=args.deadline)
@@ -515,7 +563,7 @@ def main() -> None:
     report = {"model": model, "command": "python benchmarks/evolution.py " + " ".join(sys.argv[1:]),
               "host": report_host, "cases": len(cases), "case_seed": args.seed, "breakages": applied,
               "deadline_s": args.deadline, "max_new_tokens": args.max_new_tokens, **report,
-              "reference": reference, "model_turns": evaluator.turns,
+              "reference": reference, "model_turns": evaluator.turns, "reused_from_cache": evaluator.reused,
               "eval_seconds": round(evaluator.seconds, 1), "wall_s": round(time.perf_counter() - started, 1),
               "finished_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reading": args.reading}
     print(render_md(report))

@@ -59,9 +59,11 @@ def test_breakages_change_the_compact_harness_and_it_stays_valid(bench):
     assert none == [] and unbroken.settings.max_turns == 4
 
 
-def test_loop_trials_read_diagnosis_cases_and_gate_figures_only_gate_cases(bench):
+def test_loop_trials_read_diagnosis_cases_and_gate_figures_only_gate_cases(bench, tmp_path):
     cases = bench.eval_cases(4307, 12)
-    evaluator = bench.Evaluator(cases, lambda: ScriptedBackend([fixed_policy], cycle=True), say=lambda _: None)
+    store = tmp_path / "cache.json"
+    evaluator = bench.Evaluator(cases, lambda: ScriptedBackend([fixed_policy], cycle=True), say=lambda _: None,
+                                store=store, model_key="scripted")
     tried: list[str] = []
     passes = evaluator.passes
     evaluator.passes = lambda files, ids: (tried.extend(ids), passes(files, ids))[1]
@@ -83,6 +85,13 @@ def test_loop_trials_read_diagnosis_cases_and_gate_figures_only_gate_cases(bench
         assert set(row["fixed"]) | set(row["broken"]) <= gate
     assert report["stopped"]["by"]  # it says why it stopped
     json.dumps(report)  # the report is what --write stores
+    assert report["outcomes"][spec.content_hash[:12]].keys() == diagnosis | gate
+
+    # --cache: a rerun reuses every stored outcome and runs no turn again
+    again = bench.Evaluator(cases, lambda: pytest.fail("a cached case ran again"), store=store, model_key="scripted")
+    assert again.cache == evaluator.cache and len(again.cache) >= len(cases)
+    assert again.run(spec, sorted(gate)) == {c: evaluator.cache[(spec.content_hash, c)] for c in sorted(gate)}
+    assert again.turns == 0 and again.reused == len(gate)
     assert "| 0 |" in bench.render_md({**report, "model": {"backend": "scripted", "name": "fixed policy"},
                                        "host": bench.host(), "command": "x", "cases": 8, "case_seed": 4307,
                                        "breakages": [], "deadline_s": None, "max_new_tokens": 64, "wall_s": 1.0,
