@@ -15,6 +15,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ADAPTER_DIR = Path(__file__).resolve().parent / "default_model"
@@ -141,17 +142,69 @@ def beats_base(result: dict, arm: str = SHIPPABLE_ARM) -> bool:
     return arms[arm]["fixed_ci"][0] > arms["base"]["fixed_ci"][1]
 
 
-def ship_decision(result: dict, arm: str = SHIPPABLE_ARM) -> tuple[bool, str]:
-    """Whether `arm` may become the embedded default, and why. Beating the base is not enough: a viewer who
-    gets a wrong price is worse off than one who gets the fallback line, so when the model answers it must
-    be right more often than wrong (under the original harness)."""
-    scores, base = result["arms"][arm], result["arms"]["base"]
+@dataclass(frozen=True)
+class ShipRule:
+    """What the embedded default must show against the base before it ships (the issue's targets, as limits).
+
+    Shares, not points: 0.10 is ten points."""
+
+    max_heldout_drop: float = 0.10      # original-harness accuracy minus held-out accuracy
+    max_wrong_fact_share: float = 0.20  # replies stating a wrong fact, per turn, under either harness
+    max_ifeval_loss: float = 0.05       # base IFEval minus the candidate's
+
+
+def ship_decision(result: dict, arm: str = SHIPPABLE_ARM, rule: ShipRule = ShipRule()) -> tuple[bool, str]:
+    """Whether `arm` may become the embedded default, and why. A user needs more than a model that beats the
+    base under the harness it was trained on:
+
+    - it clearly beats the base under the original harness (`beats_base`) and is right more often than wrong
+      there (a viewer who gets a wrong price is worse off than one who gets the fallback line);
+    - it keeps working while operators edit the harness: held-out accuracy at least the base's, and at most
+      `rule.max_heldout_drop` below its own original-harness accuracy;
+    - it rarely states a wrong fact: wrong replies at most `rule.max_wrong_fact_share` of the turns, under the
+      original harness and under the held-out edits alike;
+    - it keeps general instruction following: IFEval at most `rule.max_ifeval_loss` below the base's.
+
+    Every failed condition is named; a figure the result does not carry is a failure that says it is missing."""
+    arms = result["arms"]
+    scores, base = arms[arm], arms["base"]
+    n = scores.get("n", {})
+    wrong = scores.get("wrong_answers", {})
+    failures: list[str] = []
     if not beats_base(result, arm):
-        return False, (f"{arm} {scores['fixed']} {scores['fixed_ci']} does not clearly beat the base "
-                       f"{base['fixed']} {base['fixed_ci']} under the original harness")
-    correct = round(scores["fixed"] * scores["n"]["fixed"])
-    wrong = scores.get("wrong_answers", {}).get("fixed")
-    if wrong is None or wrong >= correct:
-        return False, (f"{arm} beats the base ({scores['fixed']} vs {base['fixed']}) but its answers are wrong at least as "
-                       f"often as right: {correct} correct vs {wrong} wrong replies of {scores['n']['fixed']} turns")
-    return True, f"{arm}: {correct} correct vs {wrong} wrong replies of {scores['n']['fixed']}; base {base['fixed']}"
+        failures.append(f"{arm} {scores.get('fixed')} {scores['fixed_ci']} does not clearly beat the base "
+                        f"{base.get('fixed')} {base['fixed_ci']} under the original harness")
+    correct = round(scores["fixed"] * n["fixed"]) if "fixed" in scores and n.get("fixed") else None
+    if correct is None or wrong.get("fixed") is None:
+        failures.append(f"{arm} has no count of right and wrong replies under the original harness")
+    elif wrong["fixed"] >= correct:
+        failures.append(f"its answers are wrong at least as often as right: {correct} correct vs {wrong['fixed']} "
+                        f"wrong replies of {n['fixed']} turns")
+    if scores.get("heldout") is None or base.get("heldout") is None or "fixed" not in scores:
+        failures.append("held-out accuracy (the candidate's and the base's) was not measured")
+    else:
+        drop = scores["fixed"] - scores["heldout"]
+        if scores["heldout"] < base["heldout"]:
+            failures.append(f"held-out accuracy {scores['heldout']} is below the base's {base['heldout']}")
+        if drop > rule.max_heldout_drop + 1e-9:
+            failures.append(f"held-out edits cost {drop * 100:.1f} points ({scores['fixed']} → {scores['heldout']}), "
+                            f"more than {rule.max_heldout_drop * 100:g}")
+    for part, label in (("fixed", "the original harness"), ("heldout", "the held-out edits")):
+        if wrong.get(part) is None or not n.get(part):
+            failures.append(f"no wrong-fact count under {label}")
+            continue
+        share = wrong[part] / n[part]
+        if share > rule.max_wrong_fact_share + 1e-9:
+            failures.append(f"{wrong[part]} of {n[part]} turns ({share:.0%}) state a wrong fact under {label}, "
+                            f"more than {rule.max_wrong_fact_share:.0%}")
+    if scores.get("ifeval") is None or base.get("ifeval") is None:
+        failures.append("IFEval (the candidate's and the base's) was not measured")
+    elif base["ifeval"] - scores["ifeval"] > rule.max_ifeval_loss + 1e-9:
+        failures.append(f"IFEval {scores['ifeval']} is {(base['ifeval'] - scores['ifeval']) * 100:.1f} points below "
+                        f"the base's {base['ifeval']}, more than {rule.max_ifeval_loss * 100:g}")
+    if failures:
+        return False, "; ".join(failures)
+    return True, (f"{arm}: {correct} correct vs {wrong['fixed']} wrong replies of {n['fixed']}; base {base['fixed']}; "
+                  f"held-out {scores['heldout']} (base {base['heldout']}); wrong-fact shares "
+                  f"{wrong['fixed'] / n['fixed']:.0%} / {wrong['heldout'] / n['heldout']:.0%}; "
+                  f"IFEval {scores['ifeval']} (base {base['ifeval']})")

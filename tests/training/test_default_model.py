@@ -15,6 +15,7 @@ from training.base_models import TINY, gguf_path, materialize_base, model_cache
 from training.default_model import (
     ADAPTER_FILE,
     DefaultModelError,
+    ShipRule,
     beats_base,
     build_default_gguf,
     built_path,
@@ -160,16 +161,49 @@ def test_only_a_clear_margin_over_the_base_ships():
     assert not beats_base(result([0.30, 0.50], [0.25, 0.45]))    # overlapping intervals
 
 
-def test_a_model_that_answers_wrong_as_often_as_right_does_not_ship():
-    def result(correct, wrong):
-        arm = {"fixed": correct / 100, "fixed_ci": [correct / 100 - 0.09, correct / 100 + 0.09], "n": {"fixed": 100},
-               "wrong_answers": {"fixed": wrong, "heldout": 0}}
-        return {"arms": {"hsa_sft": arm, "base": {"fixed": 0.0, "fixed_ci": [0.0, 0.0]}}}
+def shippable(correct=72, wrong=12, *, heldout=0.66, heldout_wrong=15, ifeval=0.45, base_heldout=0.0,
+              base_ifeval=0.473, n=100):
+    """A result whose candidate meets every condition by default (the issue's targets), each changeable."""
+    arm = {"fixed": correct / n, "fixed_ci": [correct / n - 0.09, correct / n + 0.09], "heldout": heldout,
+           "ifeval": ifeval, "n": {"fixed": n, "heldout": n, "ifeval": 100},
+           "wrong_answers": {"fixed": wrong, "heldout": heldout_wrong}}
+    base = {"fixed": 0.0, "fixed_ci": [0.0, 0.0], "heldout": base_heldout, "ifeval": base_ifeval}
+    return {"arms": {"hsa_sft": arm, "base": base}}
 
-    assert ship_decision(result(61, 20))[0]
-    ships, why = ship_decision(result(37, 63))
+
+def test_a_model_that_answers_wrong_as_often_as_right_does_not_ship():
+    assert ship_decision(shippable())[0]
+    ships, why = ship_decision(shippable(37, 63, heldout=0.35))
     assert not ships and "37 correct vs 63 wrong" in why
-    assert not ship_decision(result(5, 0))[0]    # no margin over the base
+    ships, why = ship_decision(shippable(5, 0, heldout=0.05))    # no margin over the base
+    assert not ships and "does not clearly beat the base" in why
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"heldout": 0.37, "heldout_wrong": 10}, "held-out edits cost 35.0 points"),        # the shipped default's gap
+    ({"heldout": 0.05, "base_heldout": 0.10, "correct": 15, "wrong": 5}, "below the base's 0.1"),
+    ({"wrong": 24}, "24 of 100 turns (24%) state a wrong fact under the original harness"),
+    ({"heldout_wrong": 30}, "30 of 100 turns (30%) state a wrong fact under the held-out edits"),
+    ({"ifeval": 0.254}, "IFEval 0.254 is 21.9 points below the base's 0.473"),
+])
+def test_held_out_accuracy_wrong_facts_and_ifeval_against_the_base_each_block_shipping(change, reason):
+    ships, why = ship_decision(shippable(**change))
+    assert not ships and reason in why, why
+
+
+def test_every_failed_condition_is_named_and_missing_evidence_is_a_failure():
+    ships, why = ship_decision(shippable(60, 24, heldout=0.37, heldout_wrong=25, ifeval=0.254))
+    assert not ships and why.count("; ") == 3  # held-out drop, two wrong-fact shares, IFEval
+    bare = shippable()
+    for key in ("heldout", "ifeval", "wrong_answers"):
+        del bare["arms"]["hsa_sft"][key]
+    ships, why = ship_decision(bare)
+    assert not ships
+    assert "held-out accuracy (the candidate's and the base's) was not measured" in why
+    assert "IFEval (the candidate's and the base's) was not measured" in why
+    assert "no wrong-fact count under the held-out edits" in why
+    ships, why = ship_decision(shippable(wrong=24), rule=ShipRule(max_wrong_fact_share=0.25))
+    assert ships and "wrong-fact shares 24% / 15%" in why
 
 
 @pytest.mark.django_db(transaction=True)
