@@ -135,3 +135,30 @@ def test_experiment_charts_and_their_empty_states(viewer_page, workspace, harnes
         .map((d) => [d.label, d.data])""")
     assert latency[0][0] == "control (2 replies)" and sum(latency[0][1]) == pytest.approx(100)
     assert latency[1][1][-1] == pytest.approx(50)  # half of the treatment's replies past the 15 s deadline
+
+
+def test_tokens_a_turn_per_version_and_per_arm(viewer_page, workspace, harness):
+    page, base = viewer_page
+    page.goto(f"{base}/w/acme/harnesses/avatar/")
+    expect_empty(page, "chart-usage")
+    experiment = Experiment.objects.create(workspace=workspace, key="tokens", seed="s", harness=harness,
+                                           created_by="t", status="running", started_at=timezone.now() - timedelta(minutes=5))
+    arms = [Arm.objects.create(experiment=experiment, index=0, name="control", weight=0.5, kind="react"),
+            Arm.objects.create(experiment=experiment, index=1, name="treatment", weight=0.5, kind="label",
+                               label="production")]
+    for i, (arm, prompt) in enumerate([(arms[0], 900), (arms[0], 1100), (arms[1], 400), (arms[1], 600)]):
+        Trace.objects.create(workspace=workspace, trace_id=f"k{i}", room_id="r", viewer_id=f"v{i}", harness=harness,
+                             harness_version=harness.head, arm=experiment_arm_label("tokens", arm.name),
+                             backend="scripted", outcome="replied", message="hi", reply="hello", latency_ms=500,
+                             tokens_in=prompt, tokens_cached=prompt // 2, tokens_out=20, data={},
+                             created_at=timezone.now())
+    page.goto(f"{base}/w/acme/harnesses/avatar/")
+    expect_drawn(page, "chart-usage")
+    series = page.evaluate("""Chart.getChart(document.getElementById('chart-usage')).data.datasets
+        .map((d) => [d.label, d.data])""")
+    assert dict(series)["prompt P50"] == [750] and dict(series)["completion P95"] == [20]
+    page.goto(f"{base}/w/acme/experiments/tokens/")
+    table = page.locator("#guardrails")
+    expect(table).to_contain_text("Prompt tokens P50 / P95")
+    expect(table.locator("tr", has_text="control")).to_contain_text("1000 / 1090")
+    expect(table.locator("tr", has_text="treatment")).to_contain_text("500 / 590")
