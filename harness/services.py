@@ -94,11 +94,16 @@ def version_commit(
                      target_id=version.pk, target_label=str(version),
                      before={"head": head.number if head else None, "hash": head.content_hash if head else None},
                      after={"head": version.number, "hash": digest, "message": message})
-        if actor.kind == ActorKind.SYSTEM:  # the AI actor (Harness Evolution), not a person or a key
+        if _is_ai(actor):
             webhooks.emit(harness.workspace, "version.committed", {
                 "harness": harness.name, "version": version.number, "parent": head.number if head else None,
                 "hash": digest, "message": message, "actor": actor.label, "candidate": False})
     return CommitResult(version=version, created=True)
+
+
+def _is_ai(actor: Actor) -> bool:
+    """The AI actor (Actor.ai: Harness Evolution's proposals and candidates), not a person, a key or a command."""
+    return actor.kind == ActorKind.SYSTEM and actor.label.startswith("ai:")
 
 
 def _next_number(harness: Harness) -> int:
@@ -130,9 +135,10 @@ def version_commit_candidate(*, actor: Actor, harness: Harness, files: dict[str,
                      before={"head": locked.head.number if locked.head else None},
                      after={"candidate": version.number, "parent": base_version.number, "hash": digest,
                             "message": message, "head_moved": False})
-        webhooks.emit(harness.workspace, "version.committed", {
-            "harness": harness.name, "version": version.number, "parent": base_version.number, "hash": digest,
-            "message": message, "actor": actor.label, "candidate": True})
+        if _is_ai(actor):
+            webhooks.emit(harness.workspace, "version.committed", {
+                "harness": harness.name, "version": version.number, "parent": base_version.number, "hash": digest,
+                "message": message, "actor": actor.label, "candidate": True})
     return version
 
 

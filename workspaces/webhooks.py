@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 EVENTS = {
     "label.moved": "a label moved to another version",
-    "version.committed": "the AI actor (the system, e.g. Harness Evolution) committed a version",
+    "version.committed": "the AI actor (Harness Evolution) committed a version, e.g. a candidate off the head",
     "gate.verdict": "a regression gate gave its verdict on a candidate run",
     "experiment.started": "an experiment started",
     "experiment.stopped": "an experiment stopped, and why (a person, or a guardrail)",

@@ -248,18 +248,23 @@ def test_only_the_ai_actors_commits_are_announced(workspace, harness, receiver, 
                              events=["version.committed"])
     prompt = next(path for path in harness.head.files if path.startswith("prompt/"))
 
-    def commit(actor, text):
-        files = {**harness.head.files, prompt: harness.head.files[prompt] + f"\n{text}\n"}
-        return harness_services.version_commit(actor=actor, harness=harness, files=files, base_version=harness.head,
-                                               message=text).version
+    def files(text):
+        return {**harness.head.files, prompt: harness.head.files[prompt] + f"\n{text}\n"}
 
-    commit(actors["operator"], "A person's edit.")
-    ai = commit(Actor.system("evolution"), "The evolution loop's edit.")
+    base = harness.head
+    harness_services.version_commit(actor=actors["operator"], harness=harness, files=files("A person's edit."),
+                                    base_version=base, message="a person")
+    harness_services.version_commit(actor=Actor.system("cli:harness_import"), harness=harness,
+                                    files=files("An import."), base_version=harness.head, message="a command")
+    ai = harness_services.version_commit_candidate(actor=Actor.ai("evolution", workspace), harness=harness,
+                                                   files=files("The evolution loop's edit."), base_version=base,
+                                                   message="the AI")
     headers, body, _ = receiver.next()
     payload = json.loads(body)
     assert headers["X-HarnessOps-Event"] == "version.committed"
-    assert payload["data"]["version"] == ai.number and payload["data"]["actor"] == "evolution"
-    assert WebhookDelivery.objects.count() == 1  # the person's commit was not announced
+    assert payload["data"]["version"] == ai.number and payload["data"]["actor"] == "ai:evolution"
+    assert payload["data"]["candidate"] is True and payload["data"]["parent"] == base.number
+    assert WebhookDelivery.objects.count() == 1  # neither the person's commit nor the command's was announced
 
 
 def test_a_gate_verdict_and_a_guardrail_stop_are_announced(workspace, harness, receiver, actors, settings):
