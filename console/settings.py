@@ -205,10 +205,11 @@ TRAINING_LAUNCH: dict | None = env("HARNESSOPS_TRAINING_LAUNCH", None, cast=_jso
 # Platform reply API limits.
 REPLY_RATE_PER_MINUTE = env("HARNESSOPS_REPLY_RATE_PER_MINUTE", 600, cast=int)
 REPLY_MAX_BODY_BYTES = env("HARNESSOPS_REPLY_MAX_BODY_BYTES", 256 * 1024, cast=int)
-# Webhooks (workspaces.webhooks): a CA bundle to trust besides the system's (an internal CA), and the waits
-# before the 2nd, 3rd, … attempt of a failed delivery.
+# Webhooks (workspaces.webhooks): a CA bundle to trust besides the system's (an internal CA), the waits (s)
+# before the 2nd, 3rd, … attempt of a failed delivery, and the Celery queue deliveries run on.
 WEBHOOK_CA_BUNDLE = env("HARNESSOPS_WEBHOOK_CA_BUNDLE", None)
-WEBHOOK_BACKOFF_S = (10, 60, 300, 1800)
+WEBHOOK_BACKOFF_S = tuple(float(s) for s in env("HARNESSOPS_WEBHOOK_BACKOFF_S", "10,60,300,1800").split(","))
+WEBHOOK_QUEUE = env("HARNESSOPS_WEBHOOK_QUEUE", "cpu")
 # Judge models by name (OpenAI-compatible endpoints) the Agent-as-a-Judge votes with; JSON object
 # name → {base_url, model, api_key_env?, timeout_s?} (evaluation/judges/judge_models.py).
 JUDGE_MODELS: dict = json.loads(env("HARNESSOPS_JUDGE_MODELS", "{}"))

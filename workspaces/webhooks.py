@@ -50,7 +50,6 @@ MAX_ATTEMPTS = 5
 TIMEOUT_S = 10.0
 RESPONSE_KEPT_CHARS = 2000
 SIGNATURE_HEADER = "X-HarnessOps-Signature"
-QUEUE = "cpu"
 
 
 class WebhookError(ValueError):
@@ -191,7 +190,7 @@ def _queued(delivery_id: int, countdown: float = 0.0) -> None:
     from workspaces.jobs import enqueue
 
     try:
-        enqueue("workspaces.deliver_webhook", args=[delivery_id], queue=QUEUE, countdown=countdown)
+        enqueue("workspaces.deliver_webhook", args=[delivery_id], queue=settings.WEBHOOK_QUEUE, countdown=countdown)
     except Exception:  # noqa: BLE001 (the broker away: the delivery stays pending, replayable from the console)
         log.exception("webhook delivery %s could not be queued", delivery_id)
 

@@ -6,6 +6,7 @@ allow them."""
 import datetime
 import ipaddress
 import json
+import os
 import queue
 import ssl
 import threading
@@ -301,3 +302,31 @@ def test_a_gate_verdict_and_a_guardrail_stop_are_announced(workspace, harness, r
     data = json.loads(body)["data"]
     assert headers["X-HarnessOps-Event"] == "experiment.stopped" and data["by_guardrail"] is True
     assert data["reason"].startswith("auto-stop guardrail") and data["control_only"] is True
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL") or not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+                    reason="a real Celery worker needs PostgreSQL and Redis")
+def test_a_real_celery_worker_delivers_and_retries(workspace, harness, receiver, actors, settings, tmp_path):
+    """Production's path: the job goes through the broker to a worker process, which retries after its backoff.
+    The queue is this test's own, so no other worker takes its jobs."""
+    from tests.live_servers import start_worker, stop, wait_for
+
+    queue_name = f"webhooks-test-{os.getpid()}"
+    settings.CELERY_TASK_ALWAYS_EAGER, settings.WEBHOOK_QUEUE = False, queue_name
+    endpoint, secret = webhooks.endpoint_create(actor=actors["admin"], workspace=workspace, url=receiver.url,
+                                                events=["label.moved"])
+    receiver.answers = [502]
+    worker = start_worker(queues=queue_name, HARNESSOPS_WEBHOOK_QUEUE=queue_name,
+                          HARNESSOPS_WEBHOOK_CA_BUNDLE=settings.WEBHOOK_CA_BUNDLE,
+                          HARNESSOPS_WEBHOOK_BACKOFF_S="0.5")
+    try:
+        harness_services.label_move(actor=actors["approver"], harness=harness, name="production",
+                                    version=harness.head, reason="through the worker")
+        first = receiver.next(timeout=180)  # the worker's start-up takes a while on a loaded machine
+        second = receiver.next(timeout=60)
+        assert (first[2], second[2]) == (502, 200) and first[1] == second[1]  # the same body, signed again
+        assert webhooks.verified(secret, second[0]["X-HarnessOps-Signature"], second[1])
+        delivery = wait_for(lambda: WebhookDelivery.objects.filter(status="delivered").first(), 30, "the delivery")
+        assert delivery.attempts == 2 and delivery.response_status == 200 and delivery.endpoint_id == endpoint.pk
+    finally:
+        stop(worker)
