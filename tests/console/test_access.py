@@ -82,10 +82,15 @@ CONSOLE = {
     "checkpoint_promote": ("POST", "approve"),
     "matrix_create": ("POST", "write"),
     "matrix_detail": ("GET", "read"),
+    "webhook_list": ("GET", "admin"),
+    "webhook_delete": ("POST", "admin"),
+    "webhook_replay": ("POST", "admin"),
 }
 EVOLUTION_IDS = ("diagnosis_id", "round_id", "proposal_id")
 TRAINING_IDS = ("job_id", "checkpoint_id", "matrix_id")
-PUBLIC = {"login", "logout", "healthz", "password_reset_confirm", "password_reset_complete"}
+WEBHOOK_IDS = ("endpoint_id", "delivery_id")
+# /metrics answers a bearer scrape token, never a session (tests/serving/test_metrics.py checks it).
+PUBLIC = {"login", "logout", "healthz", "password_reset_confirm", "password_reset_complete", "metrics"}
 # URLs outside any workspace: name → who may use them.
 GLOBAL = {"workspace_new": "staff"}
 ROLE_CAPS = {"viewer": {"read"}, "operator": {"read", "write"}, "approver": {"read", "write", "approve"},
@@ -114,7 +119,7 @@ def console_url(name: str, ws: str, harness: str, key_id) -> str:
         kwargs["label"] = "staging"
     if "key_id" in params:
         kwargs["key_id"] = ids["key_id"]
-    for param in ("run_id", "result_id", *EVOLUTION_IDS, *TRAINING_IDS):
+    for param in ("run_id", "result_id", *EVOLUTION_IDS, *TRAINING_IDS, *WEBHOOK_IDS):
         if param in params:
             kwargs[param] = ids[param]
     if "action" in params:
@@ -148,7 +153,7 @@ def world(workspace, foreign_workspace, members, harness, foreign_harness):
                                            effectiveness=1, judge_version="j", outcome="replied", latency_ms=1,
                                            trace={"steps": []})
         ids[space.slug] = {"key_id": key.pk, "run_id": run.pk, "result_id": result.pk, **evolution_objects(run),
-                           **training_objects(space, h, run)}
+                           **training_objects(space, h, run), **webhook_objects(space)}
         Experiment.objects.create(workspace=space, key="exp-secret" if h.name == "secret" else f"exp-{space.slug}",
                                   seed="s", harness=h, created_by="t")
     return {"own_key": ids["acme"], "foreign_key": ids["rival"]}
@@ -189,6 +194,16 @@ def training_objects(space, harness, run) -> dict:
     matrix = CheckpointMatrix.objects.create(workspace=space, set_version=run.set_version, created_by="t")
     matrix.runs.set([run])
     return {"job_id": job.pk, "checkpoint_id": checkpoint.pk, "matrix_id": matrix.pk}
+
+
+def webhook_objects(space) -> dict:
+    """An endpoint of `space` with one delivery (ids by URL parameter)."""
+    from workspaces.models import WebhookDelivery, WebhookEndpoint
+
+    endpoint = WebhookEndpoint.objects.create(workspace=space, url=f"https://hooks.{space.slug}.example/in",
+                                              events=["label.moved"], secret="s", created_by="t")
+    delivery = WebhookDelivery.objects.create(endpoint=endpoint, event="label.moved", payload={})
+    return {"endpoint_id": endpoint.pk, "delivery_id": delivery.pk}
 
 
 def url_params(name: str) -> set[str]:
@@ -236,7 +251,7 @@ def test_foreign_workspace_answers_404(client, members, world, role, name):
     # Their objects (harness, key), reached through our workspace's URL.
     url = console_url(name, "acme", "secret", world["foreign_key"])
     foreign_object = "secret" in url or "t-rival" in url or "exp-rival" in url or any(
-        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id", *EVOLUTION_IDS, *TRAINING_IDS)
+        f"/{world['foreign_key'][k]}/" in url for k in ("key_id", "run_id", "result_id", *EVOLUTION_IDS, *TRAINING_IDS, *WEBHOOK_IDS)
         if k in url_params(name))
     if role != "outsider" and foreign_object:
         status = request(client, method, url).status_code
