@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="the result JSON of the run that trained --model-dir")
     parser.add_argument("--cases", type=int, default=0, help="eval cases judged (0: the run's own eval limit)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    parser.add_argument("--decoding", choices=("constrained", "free"), default="constrained",
+                        help="harness-constrained decoding (as served by default) or free")
+    parser.add_argument("--conditions", default="",
+                        help="comma-separated subset of the conditions (the original harness is always judged)")
     parser.add_argument("--workdir", default="var/heldout-ablation")
     parser.add_argument("--out-json", default=str(ROOT / "docs" / "heldout-ablation.json"))
     parser.add_argument("--out-md", default=str(ROOT / "docs" / "heldout-ablation.md"))
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--model-dir and --config go together (the default model brings its own config)")
 
     from serving.backends.local import LocalBackend
-    from training.hat.ablation import render_markdown, run_ablation
+    from training.hat.ablation import CONDITIONS, render_markdown, run_ablation
     from training.hat.evaluate import Capped
     from training.hat.experiment import ExperimentConfig, build_data, teacher_config
 
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run_ablation(backend, data, model=model, generator_seed=config.heldout_seed,
                           limit=args.cases or config.eval_limit or config.cases, workdir=Path(args.workdir),
                           deadline_s=config.eval_deadline_s, seed=config.seed,
-                          oracle=teacher_config(config), say=print)
+                          oracle=teacher_config(config), say=print, decoding=args.decoding,
+                          judged=[c for c in args.conditions.split(",") if c] or CONDITIONS)
     result["command"] = "python benchmarks/heldout_ablation.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     result["config"] = dataclasses.asdict(config)

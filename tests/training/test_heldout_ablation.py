@@ -162,3 +162,38 @@ def test_the_script_refuses_a_model_dir_without_its_run():
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout_ablation.py"
     done = subprocess.run([sys.executable, str(script), "--model-dir", "var/nowhere"], capture_output=True, text=True)
     assert done.returncode == 2 and "go together" in done.stderr
+
+
+def test_decoding_is_set_on_every_judged_harness_and_kept_apart_on_resume(data, tmp_path):
+    for condition in ("original", "names", "all"):
+        free = condition_items(data, condition, 1301, 3, "free")
+        constrained = condition_items(data, condition, 1301, 3, "constrained")
+        assert all(not spec.settings.constrained_decoding for _, spec in free)
+        assert all(spec.settings.constrained_decoding for _, spec in constrained)
+        assert [case for case, _ in free] == [case for case, _ in constrained]
+    with pytest.raises(ValueError, match="decoding must be one of"):
+        condition_items(data, "original", 1301, 3, "greedy")
+
+    seen = []
+
+    class Constraining(ByCase):
+        constrains_tool_calls = True
+
+        async def complete(self, messages, tools, **kwargs):
+            seen.append(kwargs.get("constraint"))
+            return await super().complete(messages, tools, **{k: v for k, v in kwargs.items() if k != "constraint"})
+
+    from training.hat.evaluate import Capped
+
+    result = run_ablation(Capped(Constraining(data, memorised=False), 64), data, model="m", generator_seed=1301,
+                          limit=2, workdir=tmp_path, judged=["names"])
+    assert list(result["conditions"]) == ["original", "names"] and result["decoding"] == "constrained"
+    assert seen and all(c is not None for c in seen)  # the cap passes the harness's constraint through
+    seen.clear()
+    free = run_ablation(Capped(Constraining(data, memorised=False), 64), data, model="m", generator_seed=1301,
+                        limit=2, workdir=tmp_path, judged=["names"], decoding="free")
+    assert seen and all(c is None for c in seen)  # judged again (not read back as the constrained records)
+    assert free["decoding"] == "free" and "harness-constrained" in render_markdown(result, command="c", wall_s=1)
+    with pytest.raises(ValueError, match="conditions must be among"):
+        run_ablation(ByCase(data, memorised=False), data, model="m", generator_seed=1301, limit=2,
+                     workdir=tmp_path, judged=["colours"])

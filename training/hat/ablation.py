@@ -18,10 +18,11 @@ interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,35 +30,52 @@ from training.hat.experiment import Data, paired_accuracy
 from training.hat.heldout import HELDOUT_KINDS, heldout_variant
 
 CONDITIONS = ("original", *HELDOUT_KINDS, "all")
+DECODINGS = ("constrained", "free")  # harness-constrained decoding on (as served by default) or off
 CONDITION_TITLES = {"original": "original harness", "names": "every skill and tool renamed",
                     "late_skill": "a skill added after training", "limits": "numeric limits moved",
                     "wording": "tool descriptions reworded", "all": "all four (the reproduction's held-out set)"}
 
 
-def condition_items(data: Data, condition: str, generator_seed: int, limit: int) -> list[tuple[Any, Any]]:
-    """The (case, harness) pairs one condition judges: the first `limit` eval cases, each under its own edit."""
+def condition_items(data: Data, condition: str, generator_seed: int, limit: int,
+                    decoding: str = "constrained") -> list[tuple[Any, Any]]:
+    """The (case, harness) pairs one condition judges: the first `limit` eval cases, each under its own edit, every
+    harness with `settings.constrained_decoding` as `decoding` says (a backend that cannot constrain ignores it)."""
     if condition not in CONDITIONS:
         raise ValueError(f"condition must be one of {', '.join(CONDITIONS)}, not {condition!r}")
+    if decoding not in DECODINGS:
+        raise ValueError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
     cases = data.eval_cases[:limit]
     if condition == "original":
-        return [(case, data.spec) for case in cases]
-    kinds = HELDOUT_KINDS if condition == "all" else (condition,)
-    variants = [heldout_variant(data.spec, case, generator_seed, kinds=kinds) for case in cases]
-    return [(variant.case, variant.spec) for variant in variants]
+        pairs = [(case, data.spec) for case in cases]
+    else:
+        kinds = HELDOUT_KINDS if condition == "all" else (condition,)
+        variants = [heldout_variant(data.spec, case, generator_seed, kinds=kinds) for case in cases]
+        pairs = [(variant.case, variant.spec) for variant in variants]
+    return [(case, _decoded(spec, decoding)) for case, spec in pairs]
 
 
-def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition: str, workdir: Path,
+def _decoded(spec: Any, decoding: str) -> Any:
+    constrained = decoding == "constrained"
+    if spec.settings.constrained_decoding == constrained:
+        return spec
+    return dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, constrained_decoding=constrained))
+
+
+def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition: str, decoding: str, workdir: Path,
             deadline_s: float, say: Callable[[str], None] | None) -> dict[str, Any]:
     from training.hat.evaluate import judge_turns
 
-    saved = workdir / f"{condition}.json"
+    saved = workdir / (f"{condition}.json" if decoding == "constrained" else f"{condition}.{decoding}.json")
     if saved.is_file():
         kept = json.loads(saved.read_text())
-        if kept.get("model") == model and kept.get("harness_hashes") == [spec.content_hash for _, spec in items]:
+        # a record from before constrained decoding existed was decoded free
+        if (kept.get("model") == model and kept.get("decoding", "free") == decoding
+                and kept.get("harness_hashes") == [spec.content_hash for _, spec in items]):
             return kept
     started = time.monotonic()
     scores = judge_turns(backend, items, deadline_s=deadline_s, label=f"ablation:{condition}", say=say)
-    record = {"model": model, "condition": condition, "harness_hashes": [spec.content_hash for _, spec in items],
+    record = {"model": model, "condition": condition, "decoding": decoding,
+              "harness_hashes": [spec.content_hash for _, spec in items],
               "eval_s": round(time.monotonic() - started, 1),
               "turns": [{"case_id": s.case_id, "accuracy": s.accuracy, "outcome": s.outcome, "reasons": list(s.reasons),
                          "tools_called": list(s.tools_called), "skills_asked": list(s.skills_asked)} for s in scores]}
@@ -79,15 +97,21 @@ def judge_control(items: list[tuple[Any, Any]], oracle: dict[str, Any] | None = 
 
 def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, limit: int, workdir: Path,
                  deadline_s: float = 600.0, seed: int = 13, oracle: dict[str, Any] | None = None,
-                 say: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every condition judged on the same cases (module docstring); the result is what the report renders."""
+                 say: Callable[[str], None] | None = None, decoding: str = "constrained",
+                 judged: Sequence[str] = CONDITIONS) -> dict[str, Any]:
+    """The conditions judged on the same cases (module docstring); the result is what the report renders.
+    `judged` may name a subset of the conditions (the original harness is always judged: the others pair with it)."""
     from training.hat.evaluate import bootstrap_ci, mean
 
+    unknown = [c for c in judged if c not in CONDITIONS]
+    if unknown:
+        raise ValueError(f"conditions must be among {', '.join(CONDITIONS)}, not {', '.join(unknown)}")
+    chosen = ["original", *(c for c in CONDITIONS if c in judged and c != "original")]
     limit = min(limit or len(data.eval_cases), len(data.eval_cases))
-    items = {condition: condition_items(data, condition, generator_seed, limit) for condition in CONDITIONS}
-    records = {condition: _judged(backend, items[condition], model=model, condition=condition, workdir=workdir,
-                                  deadline_s=deadline_s, say=say)
-               for condition in CONDITIONS}
+    items = {condition: condition_items(data, condition, generator_seed, limit, decoding) for condition in chosen}
+    records = {condition: _judged(backend, items[condition], model=model, condition=condition, decoding=decoding,
+                                  workdir=workdir, deadline_s=deadline_s, say=say)
+               for condition in chosen}
     conditions = {}
     for index, (condition, record) in enumerate(records.items()):
         accuracy = [t["accuracy"] for t in record["turns"]]
@@ -105,11 +129,13 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
             "judge_control": judge_control(items[condition], oracle),
         }
     for condition in ("names", "all"):
+        if condition not in records:
+            continue
         turns = records[condition]["turns"]
         conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(data, items[condition], turns)
         conditions[condition]["renamed_skill_loads"] = renamed_skill_loads(data, items[condition], turns)
     return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
-            "conditions": conditions}
+            "decoding": decoding, "conditions": conditions}
 
 
 def renamed_tool_calls(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
@@ -158,6 +184,15 @@ def _top_reasons(turns: list[dict[str, Any]], k: int = 4) -> list[list[Any]]:
     return [[reason, count] for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
+def _decoding_words(result: dict[str, Any]) -> str:
+    decoding = result.get("decoding")
+    if decoding == "constrained":
+        return "harness-constrained (a call can only name a declared tool or skill)"
+    if decoding == "free":
+        return "free (no harness constraint)"
+    return "free (measured before harness-constrained decoding existed)"
+
+
 def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, notes: str = "") -> str:
     """The ablation's page: only the measured figures of `result`."""
     def pct(value: float) -> str:
@@ -169,7 +204,8 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
         f"Model `{result['model']}`, compact harness (content hash `{result['harness_hash'][:12]}`), the first "
         f"{result['n']} eval cases of its run, each judged by the reference judge under the original harness, "
         "under each held-out edit kind alone, and under all four at once (held-out generator seed "
-        f"{result['generator_seed']}; one edit per case). Wall time {wall_s:.0f} s.",
+        f"{result['generator_seed']}; one edit per case). Decoding: {_decoding_words(result)}. "
+        f"Wall time {wall_s:.0f} s.",
         "",
         f"Command: `{command}`",
         "",
@@ -194,6 +230,8 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
                      f"[{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {delta} | {row['outcomes'].get('fallback', 0)} "
                      f"| {row['wrong_replies']} | {pct(row['judge_control'])} | {reasons} |")
     for condition in ("names", "all"):
+        if condition not in result["conditions"]:
+            continue
         for key, missed in (("renamed_tool_calls", "missed an expected tool call"),
                             ("renamed_skill_loads", "loaded no expected reply skill")):
             counts = result["conditions"][condition].get(key)

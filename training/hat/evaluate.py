@@ -42,11 +42,13 @@ class Capped:
     def __init__(self, inner: Any, max_new_tokens: int):
         self.inner, self.max_new_tokens = inner, max_new_tokens
         self.name = getattr(inner, "name", "eval")
+        # judged as served: a backend that constrains decoding to the harness's declared calls still does
+        self.constrains_tool_calls = getattr(inner, "constrains_tool_calls", False)
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int = 512,
-                       temperature: float = 0.0, tool_choice: str = "auto") -> ModelResponse:
+                       temperature: float = 0.0, tool_choice: str = "auto", **constraint: Any) -> ModelResponse:
         return await self.inner.complete(messages, tools, max_tokens=min(max_tokens, self.max_new_tokens),
-                                         temperature=temperature, tool_choice=tool_choice)
+                                         temperature=temperature, tool_choice=tool_choice, **constraint)
 
 
 def eval_backend(model_dir: str, *, engine: str, device: str = "cpu", threads: int | None = None) -> Any:
