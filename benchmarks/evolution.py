@@ -61,6 +61,8 @@ GATE = {"metrics": ("accuracy", "effectiveness"), "max_drop": 0.02, "confidence"
 SAFETY_NETS = ("fallback", "deadline", "error")
 PRODUCT_DIAGNOSIS = DiagnosisConfig()  # the clustering, stop advice and validation a console diagnosis uses
 TRIALS = TrialConfig()
+# evaluation.evolution.diagnosing's MODEL_PROPOSALS_PER_DIAGNOSIS and PROPOSER_VARIANTS (that module needs Django)
+PROPOSER_CLUSTERS, PROPOSER_VARIANTS_ = 3, 2
 
 
 # The breakages: file edits an operator might plausibly make; kept here, never in the rules or the proposer.
@@ -296,7 +298,10 @@ def run_loop(spec: HarnessSpec, cases: Sequence, evaluator: Evaluator, *, max_ro
                                               "judge_suspect": c.judge_suspect} for c in clusters],
                "advice": advice.to_dict(), "proposals": len(proposals), "valid": sum(p.valid for p in proposals),
                "tried": len(trials), "proposer_runs": proposer_runs,
-               "invalid": [{"generator": p.generator, "errors": list(p.errors)[:2]} for p in kept if not p.valid][:12]}
+               "proposed": [{"generator": p.generator, "target": p.target, "cluster": p.cluster_id,
+                             "hypothesis": p.hypothesis[:300], "valid": p.valid, "errors": list(p.errors)[:2],
+                             "trial": trial_of.get(p.fingerprint)} for p in kept][:20],
+               }
         if not accepted:
             stopped = {"before_round": number, "by": "no edit survived its trial",
                        "rule": advice.rule, "detail": f"{len(proposals)} proposed, {row['valid']} valid, "
@@ -392,15 +397,14 @@ def local_model(path: str | None) -> Path:
 def model_proposer(make_backend: Callable[[], Any]) -> Callable:
     """The proposer harness on the same model, for the top actionable clusters, two variants each (as a
     diagnosis with a proposer configured runs it)."""
-    from evaluation.evolution.diagnosing import MODEL_PROPOSALS_PER_DIAGNOSIS, PROPOSER_VARIANTS
     from evaluation.evolution.proposer import HarnessProposer
 
     def propose(clusters, by_id, spec):
         proposer = HarnessProposer(make_backend)
-        targets = [c for c in clusters if not c.judge_suspect][:MODEL_PROPOSALS_PER_DIAGNOSIS]
+        targets = [c for c in clusters if not c.judge_suspect][:PROPOSER_CLUSTERS]
 
         async def run_all():
-            return [await proposer(c, by_id, spec, variant=v) for c in targets for v in range(PROPOSER_VARIANTS)]
+            return [await proposer(c, by_id, spec, variant=v) for c in targets for v in range(PROPOSER_VARIANTS_)]
 
         made, seen = [], set()
         for p in asyncio.run(run_all()):
@@ -471,6 +475,11 @@ def render_md(report: dict) -> str:
                      f"({r['advice']['rule']}); {r['proposals']} proposals, {r['valid']} valid, {r['tried']} tried on "
                      f"diagnosis cases; clusters: "
                      + (", ".join(f"{c['signature']} ({c['size']})" for c in r["clusters"]) or "none") + ".")
+        for e in r.get("proposed", ()):
+            t = e["trial"]
+            tried = f"trial fixed {t['fixed']}/{t['of']}, broke {t['broke']}/{t['of_passing']}" if t else "not tried"
+            why = "" if e["valid"] else f" (refused: {'; '.join(e['errors'])[:160]})"
+            lines.append(f"  - proposed {e['generator']} → `{e['target']}`: {tried}{why}. {e['hypothesis'][:160]}")
         for e in r["accepted_edits"]:
             t = e["trial"]
             lines.append(f"  - accepted {e['generator']} → `{e['target']}`: trial fixed {t['fixed']}/{t['of']}, "
@@ -497,6 +506,7 @@ def main() -> None:
     parser.add_argument("--trial-passing", type=int, default=2, help="passing cases each proposal is tried on")
     parser.add_argument("--breakages", default=",".join(b[0] for b in BREAKAGES))
     parser.add_argument("--proposer", action="store_true", help="also run the proposer harness on the same model")
+    parser.add_argument("--proposer-max-new-tokens", type=int, default=384, help="the proposer's cap (a diff is long)")
     parser.add_argument("--reference", action="store_true", help="also evaluate the unbroken harness, for scale")
     parser.add_argument("--model-path", help="a GGUF for the local backend (default: the built offline default)")
     parser.add_argument("--openai-base-url", help="an OpenAI-compatible server instead of llama.cpp")
@@ -551,7 +561,8 @@ def main() -> None:
     report = run_loop(spec, cases, evaluator, max_rounds=args.max_rounds, split_seed=args.split_seed,
                       gate_min_cases=args.gate_min_cases,
                       trial=TrialConfig(failing=args.trial_failing, passing=args.trial_passing),
-                      proposer=model_proposer(make_backend) if args.proposer else None,
+                      proposer=model_proposer(lambda: Capped(make_backend().inner, args.proposer_max_new_tokens))
+                      if args.proposer else None,
                       ignore_stop=args.ignore_stop_advice,
                       say=lambda line: print(line, flush=True))
     if args.reference:
