@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -148,8 +149,9 @@ class Evaluator:
         self.store, self.model_key = store, model_key
         if store is not None and store.is_file():
             for key, value in json.loads(store.read_text()).get(model_key, {}).items():
-                spec_hash, case_id = key.split("|", 1)
-                self.cache[(spec_hash, case_id)] = Scored(**{**value, "reasons": tuple(value["reasons"])})
+                spec_hash, case_id, digest = key.split("|")
+                if case_id in self.cases and digest == self._digest(case_id):  # the same case, not just its id
+                    self.cache[(spec_hash, case_id)] = Scored(**{**value, "reasons": tuple(value["reasons"])})
         self.reused = 0
 
     def run(self, spec: HarnessSpec, case_ids: Sequence[str], label: str = "") -> dict[str, Scored]:
@@ -184,9 +186,16 @@ class Evaluator:
         if self.store is None:
             return
         stored = json.loads(self.store.read_text()) if self.store.is_file() else {}
-        stored[self.model_key] = {f"{h}|{c}": dataclasses.asdict(s) for (h, c), s in self.cache.items()}
+        kept = dict(stored.get(self.model_key, {}))  # other draws' outcomes stay (their keys differ in content)
+        kept.update({f"{h}|{c}|{self._digest(c)}": dataclasses.asdict(s) for (h, c), s in self.cache.items()})
+        stored[self.model_key] = kept
         self.store.parent.mkdir(parents=True, exist_ok=True)
         self.store.write_text(json.dumps(stored))
+
+    def _digest(self, case_id: str) -> str:
+        """Case ids repeat across simulator draws of other sizes: a stored outcome is matched on the content."""
+        case = json.dumps(self.cases[case_id].to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(case.encode()).hexdigest()[:12]
 
     def passes(self, files: dict, case_ids: list[str]) -> dict[str, bool]:
         """What try_and_keep asks: does each case pass on these files."""
@@ -475,6 +484,11 @@ def render_md(report: dict) -> str:
                      f"({r['advice']['rule']}); {r['proposals']} proposals, {r['valid']} valid, {r['tried']} tried on "
                      f"diagnosis cases; clusters: "
                      + (", ".join(f"{c['signature']} ({c['size']})" for c in r["clusters"]) or "none") + ".")
+        if r.get("proposer_runs"):
+            runs = r["proposer_runs"]
+            lines.append(f"  - proposer harness on the same model: {len(runs)} runs, "
+                         f"{sum(1 for x in runs if x['outcome'] == 'replied')} answered in the diff form; "
+                         + "; ".join(sorted({x['reason'] for x in runs if x['reason']}))[:200])
         for e in r.get("proposed", ()):
             t = e["trial"]
             tried = f"trial fixed {t['fixed']}/{t['of']}, broke {t['broke']}/{t['of_passing']}" if t else "not tried"
