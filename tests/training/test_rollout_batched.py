@@ -282,7 +282,7 @@ def test_run_rl_hands_the_generation_to_grpo_and_the_rollout(tmp_path, monkeypat
     monkeypatch.setattr(rl_module, "HarnessGRPOTrainer", stub_trainer)
     stage = {"kind": "rl", "config": {**RL["config"], "generation": "vllm-server",
                                       "vllm_server_url": "http://10.0.0.5:8000"}}
-    with pytest.raises(ConfigError, match="rl.generation: vLLM is not installed on this host"):
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.config\.generation: vLLM is not installed on this host"):
         run_pipeline(config(stage), artifacts_dir=tmp_path / "a", reporter=SimpleNamespace(line=print),
                      should_stop=lambda: False)
     assert not built
