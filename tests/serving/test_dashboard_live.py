@@ -60,9 +60,11 @@ def test_dashboard_updates_live(page, workspace, harness, members, purge_queue_f
             "Array.from(document.querySelectorAll('#metrics tr')).slice(1)"
             ".reduce((s, r) => s + Number(r.children[2].textContent), 0) === 24", timeout=30_000)
         wait_for(lambda: Trace.objects.exclude(judge_accuracy=None).count() >= 1, 60, "a judged live reply")
-        page.wait_for_function(
-            "Array.from(document.querySelectorAll('#guardrails tr')).slice(1)"
-            ".some(r => Number(r.children[5].textContent) >= 1)", timeout=30_000)
+        page.wait_for_function(  # the "Judged" column, found by its heading
+            "(() => { const rows = Array.from(document.querySelectorAll('#guardrails tr'));"
+            " const judged = Array.from(rows[0].children).findIndex(c => c.textContent === 'Judged');"
+            " return judged > 0 && rows.slice(1).some(r => Number(r.children[judged].textContent) >= 1); })()",
+            timeout=30_000)
         assert int(page.locator("#decision").get_attribute("data-updates")) > before
         assert page.url.endswith("/w/acme/experiments/live/")
     finally:
