@@ -13,12 +13,13 @@ import pytest
 from training.hat.ablation import (
     CONDITIONS,
     condition_items,
+    judge_control,
     renamed_skill_loads,
     renamed_tool_calls,
     render_markdown,
     run_ablation,
 )
-from training.hat.experiment import ExperimentConfig, build_data
+from training.hat.experiment import ExperimentConfig, build_data, teacher_config
 from training.hat.heldout import HELDOUT_KINDS, heldout_variant
 from training.teachers import OracleBackend
 
@@ -194,6 +195,8 @@ def test_decoding_is_set_on_every_judged_harness_and_kept_apart_on_resume(data, 
                         limit=2, workdir=tmp_path, judged=["names"], decoding="free")
     assert seen and all(c is None for c in seen)  # judged again (not read back as the constrained records)
     assert free["decoding"] == "free" and "harness-constrained" in render_markdown(result, command="c", wall_s=1)
+    # the judge control takes the experiment's teacher config (its mistake rate included) and stays a perfect reader
+    assert judge_control(condition_items(data, "names", 1301, 2), teacher_config(ExperimentConfig())) == 1.0
     with pytest.raises(ValueError, match="conditions must be among"):
         run_ablation(ByCase(data, memorised=False), data, model="m", generator_seed=1301, limit=2,
                      workdir=tmp_path, judged=["colours"])
