@@ -195,6 +195,13 @@ def _decoding_words(result: dict[str, Any]) -> str:
     return "free (measured before harness-constrained decoding existed)"
 
 
+def _judging_time(result: dict[str, Any], wall_s: float) -> str:
+    """A resumed run's wall time leaves out the conditions judged by earlier calls: say what judging took in all."""
+    judged = sum(row.get("eval_s", 0.0) for row in result["conditions"].values())
+    return f" for this call; judging the model took {judged:.0f} s in all, over the calls that judged it" \
+        if judged > wall_s else ""
+
+
 def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, notes: str = "") -> str:
     """The ablation's page: only the measured figures of `result`."""
     def pct(value: float) -> str:
@@ -207,7 +214,7 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
         f"{result['n']} eval cases of its run, each judged by the reference judge under the original harness, "
         "under each held-out edit kind alone, and under all four at once (held-out generator seed "
         f"{result['generator_seed']}; one edit per case). Decoding: {_decoding_words(result)}. "
-        f"Wall time {wall_s:.0f} s.",
+        f"Wall time {wall_s:.0f} s{_judging_time(result, wall_s)}.",
         "",
         f"Command: `{command}`",
         "",
