@@ -55,7 +55,8 @@ FEEDBACK_PREFIX = "[harness feedback]"
 # filter and the retry policy act on every run, few enough that most cases still teach the right behaviour.
 MISTAKES = ("skipped_skill", "wrong_skill", "wrong_field", "missed_tool")
 DEFAULT_MISTAKE_RATE = 0.15
-ORACLE_OPTIONS = ("mistake_rate", "mistakes", "skill_first", "name_fields")
+ORACLE_STYLE = ("skill_first", "name_fields")  # how the oracle acts, apart from the mistakes it makes
+ORACLE_OPTIONS = ("mistake_rate", "mistakes", *ORACLE_STYLE)
 PROBE_TIMEOUT_S = 5.0
 
 TeacherFactory = Callable[[Case, Mapping[str, Any]], ModelBackend]

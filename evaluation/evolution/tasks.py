@@ -14,7 +14,8 @@ from workspaces.jobs import job_is_running, single_flight
 @shared_task(name=DIAGNOSE, acks_late=True, time_limit=1800,
              autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=3)
 def diagnose(diagnosis_id: int) -> str:
-    """Cluster the run's failures and propose edits (the analysis is CPU-only: scikit-learn, no model)."""
+    """Cluster the run's failures and propose edits; each proposal is tried on a few diagnosis cases with the run's
+    model (propose-try-keep), so a diagnosis is no longer CPU-only analysis."""
     from evaluation.evolution.diagnosing import diagnosis_execute
 
     if not Diagnosis.objects.filter(pk=diagnosis_id).exists():

@@ -88,10 +88,10 @@ def judge_control(items: list[tuple[Any, Any]], oracle: dict[str, Any] | None = 
     """A condition's accuracy when the oracle teacher answers (module docstring): 1.0 unless the judge, or an
     edit, fails a perfect harness reader."""
     from training.hat.evaluate import judge_turns, mean
-    from training.teachers import OracleBackend
+    from training.teachers import ORACLE_STYLE, OracleBackend
 
     # the control never errs: of the teacher's config it takes the acting style, not its mistake rate
-    style = {k: v for k, v in (oracle or {}).items() if k in ("skill_first", "name_fields")}
+    style = {k: v for k, v in (oracle or {}).items() if k in ORACLE_STYLE}
     return round(mean([score.accuracy for case, spec in items
                        for score in judge_turns(OracleBackend(case, **style), [(case, spec)],
                                                 deadline_s=60.0, label="control")]), 4)
