@@ -1,26 +1,32 @@
 """HSA-RL rollouts per second: a generation batch's turns one after another, or advancing together.
 
     .venv/bin/python benchmarks/rollout_throughput.py [--model tiny-random-smollm2|smollm2-135m-instruct]
-                                                      [--rounds 3] [--sizes 2 4 8] [--threads N]
+                                                      [--harness compact|mini] [--rounds 3] [--sizes 2 4 8]
+                                                      [--threads N] [--breakdown]
 
 What is measured (CPU, fp32, one torch thread by default, `training.rollout.HarnessRollout` called as
 TRL's GRPOTrainer calls it): each round is one `rollout_func` call over a group of N rollouts of one
-simulator case (the test suite's mini harness; RlConfig's defaults: 96 new tokens a model call, 512 a
+simulator case under the compact harness (`harness/demo/compact`, the one the shipped recipe trains on;
+`--harness mini`: the test suite's short one), with RlConfig's defaults (96 new tokens a model call, 512 a
 turn, temperature 1, fault rate 0.1), seeded.
-- sequential: each turn runs alone; every model call is one `model.generate` of one row.
-- batched: the group's turns run together; each generation serves every waiting turn (left-padded rows;
-  the first call's rows, all from one prompt, share its prefill).
-The two alternate round by round, so load from other work on the machine falls on both alike.
+- sequential: the rollout before batching: each turn runs alone, every model call is one `model.generate` of
+  one row that prefills the turn's whole prefix again (`batched=False, carry_cache=False`).
+- batched: the shipped rollout: the group's turns run together, each generation serves every waiting turn
+  (left-padded rows; the first call's rows, all from one prompt, share its prefill) and each turn's KV cache
+  is carried from one of its model calls to the next, so a call prefills only what the runtime appended.
+- with `--breakdown`, also each half alone: batched without carrying the cache, and one at a time with it.
+The modes alternate round by round, so load from other work on the machine falls on all alike.
 Episodes/s = rollouts / wall time over `--rounds` rounds (different cases), after one untimed warm-up
 rollout each; the CPU-time ratio is the same over process CPU time, less sensitive to that load. Tool
-calls and hooks run in both; on the random model most turns are two model calls (a reply the skill hook
-refuses, then another). One thread: two threads on two cores shared with other work oversubscribe, and
-the timings then measure the contention. The last line is the group-of-4 wall-clock ratio.
+calls and hooks run in all; "prefilled" is the prefix tokens run through the model before sampling, summed
+over the mode's calls. One thread: two threads on two cores shared with other work oversubscribe, and the
+timings then measure the contention. The last line is the group-of-4 wall-clock ratio, batched/sequential.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -33,9 +39,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from harness.simulator import generate_cases, generate_room  # noqa: E402
-from harness.spec import parse_files  # noqa: E402
+from harness.spec import parse_files, read_dir  # noqa: E402
+from harness.spec.prompt import openai_tools  # noqa: E402
+from serving.backends.hermes import render_chatml  # noqa: E402
 from tests.training.conftest import MINI_HARNESS  # noqa: E402
 from training.base_models import load_model, load_tokenizer, materialize_base, model_cache  # noqa: E402
+from training.hat.experiment import COMPACT_HARNESS  # noqa: E402
 from training.rl_config import FAULT_KINDS, RlConfig  # noqa: E402
 from training.rollout import Episode, HarnessRollout, prompt_key  # noqa: E402
 
@@ -47,23 +56,31 @@ class Timing:
     cpu_s: float = 0.0
     model_calls: int = 0
     generations: int = 0
+    prefilled: int = 0
 
 
-def measure(model, tokenizer, episodes: list[Episode], size: int) -> dict[str, Timing]:
-    """Sequential and batched rollouts of groups of `size`, round by round in turn (so that load from other
-    work on the machine falls on both alike)."""
+# mode → (batched, carry_cache)
+MODES = {"sequential": (False, False), "batched": (True, True), "batched, no carry": (True, False),
+         "sequential, carry": (False, True)}
+
+
+def measure(model, tokenizer, episodes: list[Episode], size: int, modes: list[str]) -> dict[str, Timing]:
+    """Rollouts of groups of `size` in each mode, round by round in turn (so that load from other work on the
+    machine falls on all alike)."""
     defaults = RlConfig()
     trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=1))
     keyed = {prompt_key(e.prompt()): e for e in episodes}
     timings = {}
     rollouts = {}
-    for mode in ("sequential", "batched"):
+    for mode in modes:
+        batched, carry = MODES[mode]
         rollouts[mode] = HarnessRollout(keyed, tokenizer, max_new_tokens=defaults.max_new_tokens,
                                         temperature=defaults.temperature,
                                         max_completion_length=defaults.max_completion_length,
-                                        deadline_s=defaults.turn_deadline_s, batched=mode == "batched")
+                                        deadline_s=defaults.turn_deadline_s, batched=batched, carry_cache=carry)
         rollouts[mode]([episodes[0].prompt()], trainer)  # warm-up, untimed
-        timings[mode] = Timing(model_calls=-rollouts[mode].model_calls, generations=-rollouts[mode].batches)
+        timings[mode] = Timing(model_calls=-rollouts[mode].model_calls, generations=-rollouts[mode].batches,
+                               prefilled=-rollouts[mode].prefilled_tokens)
     for index, episode in enumerate(episodes[1:]):
         for mode, rollout in rollouts.items():
             torch.manual_seed(index)
@@ -75,38 +92,49 @@ def measure(model, tokenizer, episodes: list[Episode], size: int) -> dict[str, T
     for mode, rollout in rollouts.items():
         timings[mode].model_calls += rollout.model_calls
         timings[mode].generations += rollout.batches
+        timings[mode].prefilled += rollout.prefilled_tokens
     return timings
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny-random-smollm2")
+    parser.add_argument("--harness", choices=("compact", "mini"), default="compact")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also batched without the carried cache, and sequential with it")
     options = parser.parse_args()
     if options.threads:
         torch.set_num_threads(options.threads)
     tokenizer = load_tokenizer(materialize_base(options.model, model_cache()))
     model = load_model(materialize_base(options.model, model_cache()), use_cpu=True)
-    spec = parse_files(MINI_HARNESS)
+    spec = parse_files(read_dir(COMPACT_HARNESS) if options.harness == "compact" else MINI_HARNESS)
     rate = RlConfig().fault_rate / len(FAULT_KINDS)
     cases = generate_cases(5, options.rounds + 1, room=generate_room(5, n_products=3),
                            mix={"product_qa": 0.7, "casual_chat": 0.3})
     episodes = [Episode(case=case, spec=spec, fault_rates={kind: rate for kind in FAULT_KINDS}, seed=index)
                 for index, case in enumerate(cases)]
-    print(f"model {options.model}, {options.rounds} rounds of one case × group size, "
-          f"CPU threads {torch.get_num_threads()}")
-    print(f"{'group':>5} {'sequential ep/s':>16} {'batched ep/s':>13} {'ratio':>6} {'CPU-time ratio':>15} "
-          f"{'model calls':>12} {'generations seq/batched':>24}")
+    modes = list(MODES) if options.breakdown else ["sequential", "batched"]
+    prompt = len(tokenizer(render_chatml(episodes[0].prompt(), openai_tools(spec)), add_special_tokens=False)["input_ids"])
+    print(f"model {options.model}, {options.harness} harness (first prompt ~{prompt} tokens), {options.rounds} "
+          f"rounds of one case × group size, CPU threads {torch.get_num_threads()}, load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"{'group':>5} {'mode':<18} {'episodes/s':>10} {'vs sequential':>13} {'CPU-time ratio':>14} "
+          f"{'model calls':>11} {'generations':>11} {'prefilled':>10}")
     ratios = {}
     for size in options.sizes:
-        alone, together = measure(model, tokenizer, episodes, size).values()
-        ratios[size] = (together.rollouts / together.wall_s) / (alone.rollouts / alone.wall_s)
-        cpu_ratio = (together.rollouts / together.cpu_s) / (alone.rollouts / alone.cpu_s)
-        print(f"{size:>5} {alone.rollouts / alone.wall_s:>16.2f} {together.rollouts / together.wall_s:>13.2f} "
-              f"{ratios[size]:>6.2f} {cpu_ratio:>15.2f} {f'{alone.model_calls}/{together.model_calls}':>12} "
-              f"{f'{alone.generations}/{together.generations}':>24}")
+        timings = measure(model, tokenizer, episodes, size, modes)
+        alone = timings["sequential"]
+        for mode, timing in timings.items():
+            ratio = (timing.rollouts / timing.wall_s) / (alone.rollouts / alone.wall_s)
+            cpu_ratio = (timing.rollouts / timing.cpu_s) / (alone.rollouts / alone.cpu_s)
+            if mode == "batched":
+                ratios[size] = ratio
+            print(f"{size:>5} {mode:<18} {timing.rollouts / timing.wall_s:>10.3f} {ratio:>13.2f} {cpu_ratio:>14.2f} "
+                  f"{timing.model_calls:>11} {timing.generations:>11} {timing.prefilled:>10}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at end")
     if 4 in ratios:
         print(f"batched/sequential: {ratios[4]:.2f}×")
 

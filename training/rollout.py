@@ -27,13 +27,15 @@ does not depend on timing, and each turn goes on with its own tool calls and hoo
 call. A turn whose deadline passes while it waits is cancelled by the runtime and leaves the group; the
 rest are served without it. The generation behind the sampler is one of:
 
-- `TransformersGeneration`: the policy in process, one `model.generate` over the left-padded prefixes
-  (the CPU path, and `rl.generation: transformers` on a GPU);
+- `TransformersGeneration`: the policy in process, one `model.generate` over the left-padded prefixes,
+  each turn's KV cache carried from one of its model calls to the next, so only what the runtime appended
+  is prefilled (the CPU path, and `rl.generation: transformers` on a GPU);
 - `VllmGeneration`: TRL's vLLM engine (`trainer.vllm_generation`, colocated or a server; TRL syncs the
   policy's weights into it before every rollout), for `rl.generation: vllm-colocate | vllm-server`.
 
 Each row stops at its own `<|im_end|>` or budget; what a batch generated past that is dropped.
-`batched=False` runs the turns one after another (the baseline of `benchmarks/rollout_throughput.py`).
+`batched=False` runs the turns one after another, and `carry_cache=False` prefills every call's whole prefix
+(together, the rollout before batching: the baseline of `benchmarks/rollout_throughput.py`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import Cache, DynamicCache
 
 from harness.model_protocol import BackendError, ModelResponse
 from harness.runtime import RoomContext, TurnInput, run_turn
@@ -96,57 +99,122 @@ class TransformersGeneration:
     """One `model.generate` over every waiting row: left padding and an attention mask, ancestral sampling at
     `temperature`, each row's logprobs read from the processed scores (as the trainer's sampler sees them).
 
-    Rows with the same prefix (a GRPO group's turns all start from one prompt) share its prefill: the KV cache
-    of each distinct prefix is computed once and repeated for its rows before `generate` goes on from it.
+    No prefix is read twice within one rollout call (one generation batch, one set of policy weights):
+    - rows with the same prefix (a GRPO group's turns all start from one prompt) share its prefill;
+    - with `carry_cache` (the default), each row's KV cache is kept after its call (prefix and sampled ids), and
+      a later call whose prefix extends a kept one (the same turn after its tool results, skill body or hook
+      feedback) prefills only the new tokens. Keys are stored at their rows' real positions (position ids run
+      over the attention mask, so padding never shifts them), which makes a kept cache valid in any batch layout.
+    A new instance per rollout call, so nothing computed under earlier weights is reused after an update.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, temperature: float):
-        self.model, self.temperature = model, temperature
+    def __init__(self, model: Any, tokenizer: Any, *, temperature: float, carry_cache: bool = True):
+        self.model, self.temperature, self.carry_cache = model, temperature, carry_cache
         self.end_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.pad_id = self.end_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
         self.calls = 0
+        self.prefilled_tokens = 0  # prefix tokens run through the model before sampling
+        self.reused_tokens = 0  # prefix tokens whose KV came from an earlier call
+        # (ids a cache covers, per layer (keys, values) of shape (kv_heads, len(ids), head_dim))
+        self._kept: list[tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]] = []
 
     @torch.no_grad()
     def __call__(self, prefixes: list[list[int]], budgets: list[int]) -> list[tuple[list[int], list[float]]]:
         self.calls += 1
-        device = next(self.model.parameters()).device
-        width = max(len(ids) for ids in prefixes)
-        input_ids = torch.full((len(prefixes), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(prefixes):
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids):] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                      cache=self._shared_prefill(prefixes, input_ids, attention_mask),
+            input_ids, attention_mask, cache, columns = self._prefill(prefixes)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
                                       max_new_tokens=max(budgets), do_sample=True, temperature=self.temperature,
                                       top_k=0, top_p=1.0, eos_token_id=self.end_id, pad_token_id=self.pad_id,
                                       output_scores=True, return_dict_in_generate=True)
         finally:
             self.model.train(was_training)
+        width = input_ids.shape[1]
         generated = out.sequences[:, width:]
         logprobs = torch.stack([torch.log_softmax(score.float(), dim=-1).gather(1, generated[:, step, None])[:, 0]
                                 for step, score in enumerate(out.scores)], dim=1)
-        return [_until_end(generated[row].tolist(), logprobs[row].tolist(), self.end_id, budget)
+        rows = [_until_end(generated[row].tolist(), logprobs[row].tolist(), self.end_id, budget)
                 for row, budget in enumerate(budgets)]
+        if self.carry_cache and isinstance(getattr(out, "cache", None), Cache):
+            self._keep(prefixes, rows, columns, width, out.cache)
+        return rows
 
-    def _shared_prefill(self, prefixes: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor
-                        ) -> Any:
-        """The KV cache of every row's prefix but its last token, one forward per distinct prefix; None when
-        the rows are all distinct (then `generate` prefills them itself)."""
+    def _prefill(self, prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any, list[torch.Tensor]]:
+        """`generate`'s inputs: every row's prefix, and the KV cache of all but its last token, built from what was
+        kept (`carry_cache`) plus one forward over the rest, one row per distinct prefix.
+
+        Layout per row: [pad | kept part, right-aligned in C columns | pad | rest, right-aligned in S | last
+        token]; the attention mask is 0 on every pad. Also returns each row's real column indices."""
+        device = next(self.model.parameters()).device
         keys = [tuple(ids) for ids in prefixes]
         distinct = list(dict.fromkeys(keys))
-        if len(distinct) == len(keys) or input_ids.shape[1] < 2:
-            return None
-        first_rows = [keys.index(key) for key in distinct]
-        mask = attention_mask[first_rows, :-1]
-        cache = self.model(input_ids=input_ids[first_rows, :-1], attention_mask=mask,
-                           position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True).cache
-        cache.batch_select_indices(torch.tensor([distinct.index(key) for key in keys], device=input_ids.device))
-        return cache
+        kept = [self._longest_kept(key) for key in distinct]
+        reused = [length for length, _ in kept]
+        rest = [len(key) - 1 - length for key, length in zip(distinct, reused, strict=True)]
+        c_width, s_width = max(reused), max(rest)
+        width = c_width + s_width + 1
+
+        def layout(key: tuple[int, ...], length: int) -> tuple[list[int], list[int]]:
+            ids = [self.pad_id] * width
+            cols = [*range(c_width - length, c_width), *range(width - 1 - (len(key) - 1 - length), width)]
+            for col, token in zip(cols, key, strict=True):
+                ids[col] = token
+            return ids, cols
+
+        laid = [layout(key, length) for key, length in zip(distinct, reused, strict=True)]
+        ids = torch.tensor([row for row, _ in laid], dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for row, (_, cols) in enumerate(laid):
+            mask[row, cols] = 1
+        cache = None
+        if c_width:
+            layers = []
+            for layer in range(len(next(entry for _, entry in kept if entry is not None))):
+                shape = next(entry for _, entry in kept if entry is not None)[layer][0].shape
+                k = ids.new_zeros((len(distinct), shape[0], c_width, shape[2]), dtype=self.model.dtype)
+                v = torch.zeros_like(k)
+                for row, (length, entry) in enumerate(kept):
+                    if length:
+                        k[row, :, c_width - length:] = entry[layer][0][:, :length]
+                        v[row, :, c_width - length:] = entry[layer][1][:, :length]
+                layers.append((k, v))
+            cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        if s_width:
+            head = mask[:, :width - 1]
+            positions = (head.cumsum(-1) - 1).clamp(min=0)
+            cache = self.model(input_ids=ids[:, c_width:width - 1], attention_mask=head,
+                               position_ids=positions[:, c_width:], cache=cache, use_cache=True).cache
+        self.prefilled_tokens += sum(rest) + len(distinct)
+        self.reused_tokens += sum(reused)
+        rows = [distinct.index(key) for key in keys]
+        if cache is not None and len(distinct) < len(keys):
+            cache.batch_select_indices(torch.tensor(rows, device=device))
+        index = torch.tensor(rows, device=device)
+        return ids[index], mask[index], cache, [torch.tensor(laid[row][1], device=device) for row in rows]
+
+    def _longest_kept(self, key: tuple[int, ...]) -> tuple[int, Any]:
+        """How many of `key`'s first tokens (never its last) a kept cache covers, and that cache."""
+        best: tuple[int, Any] = (0, None)
+        for ids, entry in self._kept:
+            length = min(len(ids), len(key) - 1)
+            if length > best[0] and key[:length] == ids[:length]:
+                best = (length, entry)
+        return best
+
+    def _keep(self, prefixes: list[list[int]], rows: list[tuple[list[int], list[float]]],
+              columns: list[torch.Tensor], width: int, cache: Any) -> None:
+        """Each row's cache after its call: its prefix and the sampled ids the cache holds (all but the batch's
+        last step, which `generate` sampled without running it through the model)."""
+        steps = cache.get_seq_length() - width  # generated ids whose KV the cache holds
+        kept = []
+        for row, (prefix, (ids, _)) in enumerate(zip(prefixes, rows, strict=True)):
+            held = min(len(ids), steps)
+            cols = torch.cat([columns[row], torch.arange(width, width + held, device=columns[row].device)])
+            kept.append((tuple(prefix) + tuple(ids[:held]),
+                         [(layer.keys[row][:, cols], layer.values[row][:, cols]) for layer in cache.layers]))
+        self._kept = kept
 
 
 class VllmGeneration:
@@ -296,12 +364,13 @@ class HarnessRollout:
 
     def __init__(self, episodes: Mapping[str, Episode], tokenizer: Any, *, max_new_tokens: int, temperature: float,
                  max_completion_length: int, deadline_s: float, generation: str = "transformers",
-                 batched: bool = True):
+                 batched: bool = True, carry_cache: bool = True):
         self.episodes, self.tokenizer = episodes, tokenizer
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.max_completion_length, self.deadline_s = max_completion_length, deadline_s
-        self.generation, self.batched = generation, batched
+        self.generation, self.batched, self.carry_cache = generation, batched, carry_cache
         self.rollouts = 0
+        self.prefilled_tokens = self.reused_tokens = 0  # over all calls (transformers generation)
         self.model_calls = 0  # over all calls of this rollout_func
         self.batches = 0  # generations that served them
 
@@ -309,7 +378,7 @@ class HarnessRollout:
         """What generates for `trainer`'s rollouts: the policy in process, or TRL's vLLM engine."""
         if self.generation == "transformers":
             return TransformersGeneration(trainer.accelerator.unwrap_model(trainer.model), self.tokenizer,
-                                          temperature=self.temperature)
+                                          temperature=self.temperature, carry_cache=self.carry_cache)
         engine = trainer.vllm_generation
         if engine.mode == "server" and trainer.accelerator.num_processes > 1:
             # TRL's server client gathers every process's prompts in one collective call that assumes each
@@ -331,6 +400,8 @@ class HarnessRollout:
             turns = asyncio.run(self._run_group(episodes, generation))
         else:
             turns = [turn for one in episodes for turn in asyncio.run(self._run_group([one], generation))]
+        self.prefilled_tokens += getattr(generation, "prefilled_tokens", 0)
+        self.reused_tokens += getattr(generation, "reused_tokens", 0)
         columns: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                          "segment_ids", "trace", "case", "segments")}
         for (prompt, episode, _), (backend, result) in zip(episodes, turns, strict=True):

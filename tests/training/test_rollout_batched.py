@@ -199,6 +199,47 @@ def test_left_padded_rows_sample_what_the_model_gives_each_row_alone(tiny_model,
         assert torch.allclose(alone, torch.tensor(logprobs), atol=1e-4)
 
 
+def test_a_later_call_prefills_only_what_was_appended_to_a_kept_cache(tiny_model, tokenizer):
+    """The second call's prefixes extend the first call's rows (sampled ids, then env tokens of different lengths):
+    the forward before sampling runs only the appended tokens (plus no row twice), and every row's logprobs are
+    still the model's own on that row alone; without carrying, the whole prefix is prefilled again."""
+    generation = TransformersGeneration(tiny_model, tokenizer, temperature=0.7)
+    first = [tokenizer(text, add_special_tokens=False)["input_ids"]
+             for text in ("Hello there, how are you?", "What's the price of the red one on screen")]
+    torch.manual_seed(1)
+    sampled = generation(first, [4, 6])
+    env = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in ("<tool_response>ok", "no")]
+    second = [prefix + ids + extra for prefix, (ids, _), extra in zip(first, sampled, env, strict=True)]
+    forwards = []
+    hook = tiny_model.register_forward_pre_hook(
+        lambda module, args, kwargs: forwards.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        torch.manual_seed(2)
+        rows = generation(second, [5, 5])
+    finally:
+        hook.remove()
+    held = [min(len(ids), max(len(i) for i, _ in sampled) - 1) for ids, _ in sampled]
+    appended = [len(s) - len(p) - h for s, p, h in zip(second, first, held, strict=True)]
+    assert forwards[0] == (2, max(appended) - 1) and forwards[1] == (2, 1)
+    assert generation.reused_tokens == sum(len(p) + h for p, h in zip(first, held, strict=True))
+    for prefix, (ids, logprobs) in zip(second, rows, strict=True):
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([prefix + ids])).logits[0, len(prefix) - 1:-1].float()
+        alone = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+        assert torch.allclose(alone, torch.tensor(logprobs), atol=1e-4)
+
+    fresh = TransformersGeneration(tiny_model, tokenizer, temperature=0.7, carry_cache=False)
+    fresh(first, [4, 6])
+    forwards.clear()
+    hook = tiny_model.register_forward_pre_hook(
+        lambda module, args, kwargs: forwards.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        fresh(second, [5, 5])
+    finally:
+        hook.remove()
+    assert forwards[0] == (2, max(len(s) for s in second) - 1) and fresh.reused_tokens == 0
+
+
 class FakeVllmEngine:
     """TRL's `VLLMGeneration` as the rollout uses it: `generate` over token ids, settings read at call time."""
 
