@@ -11,7 +11,8 @@ a word changed or its spacing redone is still the eval's prompt: `PromptGuard` f
 normalised text (NFKC, case-folded, punctuation and spacing collapsed) equals an eval prompt's, or
 whose character 5-shingles have a Jaccard similarity ≥ 0.8 with one. `check_prompts_disjoint(prompts)`
 refuses a prompt set that holds any, against the IFEval prompts the project evaluates on
-(`ifeval_prompts()`: the shipped mini set and the HAT experiment's extra prompts).
+(`ifeval_prompts()`: the shipped mini set, the HAT experiment's extra prompts and its validation and
+test splits).
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ from typing import Any
 from training.case_hashing import case_content_hash, case_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
-# The IFEval prompts the project evaluates on: the mini set evaluation ships, and the HAT experiment's extra.
+# The IFEval prompts the project evaluates on: the mini set evaluation ships, the HAT experiment's extra, and
+# the HAT experiment's validation and test splits (benchmarks/data/hat/make_ifeval_sets.py).
 IFEVAL_PROMPT_FILES = (ROOT / "evaluation" / "metrics" / "ifeval" / "data" / "ifeval_mini.jsonl",
-                       ROOT / "benchmarks" / "data" / "hat" / "ifeval_extra.jsonl")
+                       ROOT / "benchmarks" / "data" / "hat" / "ifeval_extra.jsonl",
+                       ROOT / "benchmarks" / "data" / "hat" / "ifeval_validation.jsonl",
+                       ROOT / "benchmarks" / "data" / "hat" / "ifeval_test.jsonl")
 SHINGLE_CHARS = 5
 NEAR_DUPLICATE_JACCARD = 0.8
 
