@@ -20,8 +20,11 @@ from training.default_model import (
     build_default_gguf,
     built_path,
     gguf_name,
+    adapter_chain,
     manifest,
+    merge_adapters,
     package_adapter,
+    package_adapters,
     sha256,
     ship_decision,
 )
@@ -114,6 +117,75 @@ def test_only_a_stage_trained_on_the_base_packages_as_the_default(tmp_path, tiny
     with pytest.raises(DefaultModelError, match="not from the base"):
         package_adapter(tmp_path / "opd", result, "hsa_sft_opd", out_dir=tmp_path / "out2")
     assert not (tmp_path / "out2").exists()
+
+
+def _stage(directory, adapter, parent, path):
+    (directory / "adapter").mkdir(parents=True)
+    for file in (ADAPTER_FILE, "adapter_config.json"):
+        (directory / "adapter" / file).write_bytes((adapter / file).read_bytes())
+    (directory / "result.json").write_text(json.dumps({"stage": directory.name, "parent_path": parent, "path": path,
+                                                       "data_lineage": {"cases": 3}}))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def second_adapter(tmp_path_factory):
+    """Another LoRA adapter of the tiny model's shape (an OPD stage's, trained on the SFT merge)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    directory = tmp_path_factory.mktemp("opd-adapter")
+    torch.manual_seed(7)
+    base = AutoModelForCausalLM.from_pretrained(materialize_base(TINY, model_cache(), seed=0), dtype=torch.float32)
+    get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                    init_lora_weights=False)).save_pretrained(directory)
+    return directory
+
+
+def test_chained_stages_ship_as_adapters_merged_in_order(tmp_path, tiny_adapter, second_adapter):
+    """HSA-SFT then OPD on the merged SFT model: the manifest lists both adapters; the default built from it is the
+    base with both merged in that order, not either alone; a single-adapter manifest still works as before."""
+    import torch
+
+    scores = {"fixed": 0.5, "heldout": 0.4, "ifeval": 0.3, "fixed_ci": [0.4, 0.6], "heldout_ci": [0.3, 0.5]}
+    result = {"model": TINY, "n": {"fixed": 2, "heldout": 2, "ifeval": 1},
+              "arms": {"hsa_sft_opd": scores, "base": scores}}
+    sft = _stage(tmp_path / "sft", tiny_adapter, TINY, "stages/00-sft/model")
+    opd = _stage(tmp_path / "opd", second_adapter, "stages/00-sft/model", "stages/01-opd/model")
+    out = package_adapters([sft, opd], result, "hsa_sft_opd", out_dir=tmp_path / "out")
+    info = manifest(out)
+    assert [entry["dir"] for entry in info["adapters"]] == ["00-sft", "01-opd"] and info["arm"] == "hsa_sft_opd"
+    assert adapter_chain(out) == [out / "00-sft", out / "01-opd"] and not (out / ADAPTER_FILE).exists()
+    assert gguf_name(out) != gguf_name(tiny_adapter)
+    base_dir = materialize_base(TINY, model_cache())
+    both = merge_adapters(base_dir, adapter_chain(out)).state_dict()
+    first_only = merge_adapters(base_dir, [out / "00-sft"]).state_dict()
+    name = next(k for k in both if "q_proj" in k)
+    assert not torch.equal(both[name], first_only[name])
+    assert build_default_gguf(tmp_path / "var", out).name == gguf_name(out)
+    (out / "01-opd" / ADAPTER_FILE).unlink()
+    assert manifest(out) is None  # an adapter the manifest lists is missing: no default, not half of one
+    # An OPD adapter whose parent is not the packaged SFT stage is a model nobody trained.
+    stray = _stage(tmp_path / "stray", second_adapter, "/elsewhere/stages/00-sft/model", "stages/01-opd/model")
+    with pytest.raises(DefaultModelError, match="the stage packaged before it"):
+        package_adapters([sft, stray], result, "hsa_sft_opd", out_dir=tmp_path / "out2")
+    # Packaging one stage again into the same folder leaves no adapter of the chain behind.
+    single = package_adapters([sft], {**result, "arms": {"hsa_sft": scores, "base": scores}}, "hsa_sft",
+                              out_dir=tmp_path / "out")
+    assert "adapters" not in manifest(single) and adapter_chain(single) == [single]
+    assert not (single / "00-sft").exists() and gguf_name(single).startswith(
+        f"harnessops-default-{sha256(single / ADAPTER_FILE)[:12]}")
+
+
+def test_a_study_ships_on_its_test_split_not_its_validation_split():
+    """A study's result carries both splits; the shipping rule reads the test split's figures."""
+    good, bad = shippable(), shippable(37, 63, heldout=0.35)
+    study = {"splits": {"validation": {"figures": good["arms"]}, "test": {"figures": bad["arms"]}}}
+    ships, why = ship_decision(study)
+    assert not ships and "37 correct vs 63 wrong" in why
+    study = {"splits": {"validation": {"figures": bad["arms"]}, "test": {"figures": good["arms"]}}}
+    assert ship_decision(study)[0] and beats_base(study)
 
 
 @pytest.mark.django_db

@@ -61,25 +61,42 @@ def _decoded(spec: Any, decoding: str) -> Any:
     return dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, constrained_decoding=constrained))
 
 
-def _judged(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition: str, decoding: str, workdir: Path,
-            deadline_s: float, say: Callable[[str], None] | None) -> dict[str, Any]:
+def judged_record_path(workdir: Path, condition: str, decoding: str) -> Path:
+    """Where one condition's per-turn records are kept (a record from before decoding was chosen has no suffix)."""
+    return workdir / (f"{condition}.json" if decoding == "constrained" else f"{condition}.{decoding}.json")
+
+
+def kept_record(saved: Path, *, model: str, decoding: str, items: list[tuple[Any, Any]]) -> dict[str, Any] | None:
+    """The record kept at `saved` when it judged this model, decoding and these harnesses; else None."""
+    if not saved.is_file():
+        return None
+    kept = json.loads(saved.read_text())
+    # a record from before constrained decoding existed was decoded free
+    if (kept.get("model") == model and kept.get("decoding", "free") == decoding
+            and kept.get("harness_hashes") == [spec.content_hash for _, spec in items]):
+        return kept
+    return None
+
+
+def judge_condition(backend: Any, items: list[tuple[Any, Any]], *, model: str, condition: str, decoding: str, workdir: Path,
+            deadline_s: float, say: Callable[[str], None] | None, saved: Path | None = None,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One condition judged, or read back from `saved` (default `judged_record_path`); `extra` (e.g. the host)
+    is kept in a new record."""
     from training.hat.evaluate import judge_turns
 
-    saved = workdir / (f"{condition}.json" if decoding == "constrained" else f"{condition}.{decoding}.json")
-    if saved.is_file():
-        kept = json.loads(saved.read_text())
-        # a record from before constrained decoding existed was decoded free
-        if (kept.get("model") == model and kept.get("decoding", "free") == decoding
-                and kept.get("harness_hashes") == [spec.content_hash for _, spec in items]):
-            return kept
+    saved = saved or judged_record_path(workdir, condition, decoding)
+    kept = kept_record(saved, model=model, decoding=decoding, items=items)
+    if kept is not None:
+        return kept
     started = time.monotonic()
     scores = judge_turns(backend, items, deadline_s=deadline_s, label=f"ablation:{condition}", say=say)
     record = {"model": model, "condition": condition, "decoding": decoding,
               "harness_hashes": [spec.content_hash for _, spec in items],
-              "eval_s": round(time.monotonic() - started, 1),
+              "eval_s": round(time.monotonic() - started, 1), **(extra or {}),
               "turns": [{"case_id": s.case_id, "accuracy": s.accuracy, "outcome": s.outcome, "reasons": list(s.reasons),
                          "tools_called": list(s.tools_called), "skills_asked": list(s.skills_asked)} for s in scores]}
-    workdir.mkdir(parents=True, exist_ok=True)
+    saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(record, indent=1))
     return record
 
@@ -103,32 +120,43 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
                  judged: Sequence[str] = CONDITIONS) -> dict[str, Any]:
     """The conditions judged on the same cases (module docstring); the result is what the report renders.
     `judged` may name a subset of the conditions (the original harness is always judged: the others pair with it)."""
-    from training.hat.evaluate import bootstrap_ci, mean
-
     unknown = [c for c in judged if c not in CONDITIONS]
     if unknown:
         raise ValueError(f"conditions must be among {', '.join(CONDITIONS)}, not {', '.join(unknown)}")
     chosen = ["original", *(c for c in CONDITIONS if c in judged and c != "original")]
     limit = min(limit or len(data.eval_cases), len(data.eval_cases))
     items = {condition: condition_items(data, condition, generator_seed, limit, decoding) for condition in chosen}
-    records = {condition: _judged(backend, items[condition], model=model, condition=condition, decoding=decoding,
+    records = {condition: judge_condition(backend, items[condition], model=model, condition=condition, decoding=decoding,
                                   workdir=workdir, deadline_s=deadline_s, say=say)
                for condition in chosen}
+    return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
+            "decoding": decoding, "conditions": summarise_conditions(data, items, records, seed=seed, oracle=oracle)}
+
+
+def summarise_conditions(data: Data, items: dict[str, list[tuple[Any, Any]]], records: dict[str, dict[str, Any]], *,
+                         seed: int, oracle: dict[str, Any] | None = None,
+                         controls: dict[str, float] | None = None) -> dict[str, dict[str, Any]]:
+    """Each judged condition's figures (the original harness first: the others pair with it case by case);
+    `controls` gives conditions' judge controls already computed (the oracle's answers do not depend on the
+    model)."""
+    from training.hat.evaluate import bootstrap_ci, mean
+
     conditions = {}
     for index, (condition, record) in enumerate(records.items()):
         accuracy = [t["accuracy"] for t in record["turns"]]
         outcomes: dict[str, int] = {}
         for turn in record["turns"]:
             outcomes[turn["outcome"]] = outcomes.get(turn["outcome"], 0) + 1
+        control = (controls or {}).get(condition)
         conditions[condition] = {
             "n": len(accuracy), "accuracy": round(mean(accuracy), 4), "ci": bootstrap_ci(accuracy, seed=seed + index),
             "outcomes": dict(sorted(outcomes.items())),
             "wrong_replies": sum(1 for t in record["turns"] if t["outcome"] == "replied" and not t["accuracy"]),
             "eval_s": record["eval_s"],
-            "vs_original": None if condition == "original" else paired_accuracy(
+            "vs_original": None if condition == "original" or "original" not in records else paired_accuracy(
                 records["original"]["turns"], record["turns"], seed=seed + 31 * index),
             "top_reasons": _top_reasons(record["turns"]),
-            "judge_control": judge_control(items[condition], oracle),
+            "judge_control": control if control is not None else judge_control(items[condition], oracle),
         }
     for condition in ("names", "all"):
         if condition not in records:
@@ -136,8 +164,7 @@ def run_ablation(backend: Any, data: Data, *, model: str, generator_seed: int, l
         turns = records[condition]["turns"]
         conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(data, items[condition], turns)
         conditions[condition]["renamed_skill_loads"] = renamed_skill_loads(data, items[condition], turns)
-    return {"model": model, "n": limit, "generator_seed": generator_seed, "harness_hash": data.spec.content_hash,
-            "decoding": decoding, "conditions": conditions}
+    return conditions
 
 
 def renamed_tool_calls(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
@@ -202,22 +229,12 @@ def _judging_time(result: dict[str, Any], wall_s: float) -> str:
         if judged > wall_s else ""
 
 
-def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, notes: str = "") -> str:
-    """The ablation's page: only the measured figures of `result`."""
+def condition_table(conditions: dict[str, dict[str, Any]]) -> list[str]:
+    """The conditions' table (`summarise_conditions`' figures), with what a model asked for under renamed names."""
     def pct(value: float) -> str:
         return f"{100 * value:.1f}"
 
     lines = [
-        "# Which held-out edit costs the model most (issue 13)",
-        "",
-        f"Model `{result['model']}`, compact harness (content hash `{result['harness_hash'][:12]}`), the first "
-        f"{result['n']} eval cases of its run, each judged by the reference judge under the original harness, "
-        "under each held-out edit kind alone, and under all four at once (held-out generator seed "
-        f"{result['generator_seed']}; one edit per case). Decoding: {_decoding_words(result)}. "
-        f"Wall time {wall_s:.0f} s{_judging_time(result, wall_s)}.",
-        "",
-        f"Command: `{command}`",
-        "",
         "Accuracy in % with its 95% bootstrap CI; Δ is the paired difference from the original harness, case by "
         "case (paired bootstrap 95% CI; ↑/↓ cases that got right/wrong; exact McNemar p).",
         "",
@@ -225,7 +242,7 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
         "| commonest failure reasons |",
         "|---|---:|---:|---|---:|---:|---:|---|",
     ]
-    for condition, row in result["conditions"].items():
+    for condition, row in conditions.items():
         paired = row["vs_original"]
         if paired is None:
             delta = "—"
@@ -239,15 +256,33 @@ def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, note
                      f"[{pct(row['ci'][0])}, {pct(row['ci'][1])}] | {delta} | {row['outcomes'].get('fallback', 0)} "
                      f"| {row['wrong_replies']} | {pct(row['judge_control'])} | {reasons} |")
     for condition in ("names", "all"):
-        if condition not in result["conditions"]:
+        if condition not in conditions:
             continue
         for key, missed in (("renamed_tool_calls", "missed an expected tool call"),
                             ("renamed_skill_loads", "loaded no expected reply skill")):
-            counts = result["conditions"][condition].get(key)
+            counts = conditions[condition].get(key)
             if counts and any(counts.values()):
                 lines += ["", f"Turns (right or wrong) that {missed} under “{CONDITION_TITLES[condition]}”, by what "
                           "the model asked for instead: "
                           + "; ".join(f"{what} {count}" for what, count in counts.items()) + "."]
+    return lines
+
+
+def render_markdown(result: dict[str, Any], *, command: str, wall_s: float, notes: str = "") -> str:
+    """The ablation's page: only the measured figures of `result`."""
+    lines = [
+        "# Which held-out edit costs the model most (issue 13)",
+        "",
+        f"Model `{result['model']}`, compact harness (content hash `{result['harness_hash'][:12]}`), the first "
+        f"{result['n']} eval cases of its run, each judged by the reference judge under the original harness, "
+        "under each held-out edit kind alone, and under all four at once (held-out generator seed "
+        f"{result['generator_seed']}; one edit per case). Decoding: {_decoding_words(result)}. "
+        f"Wall time {wall_s:.0f} s{_judging_time(result, wall_s)}.",
+        "",
+        f"Command: `{command}`",
+        "",
+        *condition_table(result["conditions"]),
+    ]
     if notes:
         lines += ["", notes.strip()]
     return "\n".join(lines) + "\n"

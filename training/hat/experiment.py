@@ -147,11 +147,26 @@ def _cases(seed: int | str, wanted: int, spec: HarnessSpec, *, skip_hashes: set[
 
 
 def build_data(config: ExperimentConfig) -> Data:
+    spec = compact_spec()
+    train_pool, rl_cases = training_draws(config, spec)
+    eval_cases, skipped = eval_draw(config.seed + EVAL_SEED_OFFSET, config.cases, spec, train_pool + rl_cases)
+    heldout = [heldout_variant(spec, case, config.heldout_seed) for case in eval_cases]
+    ifeval = [*mini_records(), *read_records(IFEVAL_EXTRA)]
+    if config.ifeval:
+        ifeval = ifeval[:config.ifeval]
+    exclude = {"hat-lsqa": sorted({case_content_hash(c.to_dict()) for c in eval_cases}),
+               "hat-ifeval": sorted({case_content_hash(r) for r in ifeval})}
+    return Data(spec=spec, train_pool=train_pool, rl_cases=rl_cases, eval_cases=eval_cases, heldout=heldout,
+                ifeval=ifeval, skipped_near_duplicates=skipped, exclude=exclude)
+
+
+def training_draws(config: ExperimentConfig, spec: HarnessSpec) -> tuple[list[Case], list[Case]]:
+    """The training pool (seed `seed`, `train_rooms` rooms) and the HSA-RL episodes (`"<seed>/rl"`), after checking
+    that the held-out banks stay apart from HSA and the harness (`check_banks_disjoint`)."""
     from training.trajectories import simulator_cases
 
     if config.train_rooms < 1:
         raise ValueError(f"train_rooms must be at least 1, not {config.train_rooms}")
-    spec = compact_spec()
     check_banks_disjoint(spec)
     # Enough pool for Fixed-SFT to match HSA-SFT's tokens with original-harness rows only.
     # One room lets a model learn its products' prices by heart instead of reading the tool result.
@@ -161,19 +176,14 @@ def build_data(config: ExperimentConfig) -> Data:
     # variant's) needs a margin beyond that to match its tokens.
     pool = config.train_examples * 5 // 4 + 8 if config.single_state else config.train_examples + 8
     train_pool, _ = _cases(config.seed, pool, spec, n_rooms=config.train_rooms)
-    rl_cases = simulator_cases(f"{config.seed}/rl", config.rl_cases)
-    seen = train_pool + rl_cases
-    eval_cases, skipped = _cases(config.seed + EVAL_SEED_OFFSET, config.cases, spec,
-                                 skip_hashes={case_content_hash(c.to_dict()) for c in seen},
-                                 skip_messages={_normalised(c.message) for c in seen})
-    heldout = [heldout_variant(spec, case, config.heldout_seed) for case in eval_cases]
-    ifeval = [*mini_records(), *read_records(IFEVAL_EXTRA)]
-    if config.ifeval:
-        ifeval = ifeval[:config.ifeval]
-    exclude = {"hat-lsqa": sorted({case_content_hash(c.to_dict()) for c in eval_cases}),
-               "hat-ifeval": sorted({case_content_hash(r) for r in ifeval})}
-    return Data(spec=spec, train_pool=train_pool, rl_cases=rl_cases, eval_cases=eval_cases, heldout=heldout,
-                ifeval=ifeval, skipped_near_duplicates=skipped, exclude=exclude)
+    return train_pool, simulator_cases(f"{config.seed}/rl", config.rl_cases)
+
+
+def eval_draw(seed: int, wanted: int, spec: HarnessSpec, seen: Sequence[Case]) -> tuple[list[Case], int]:
+    """`wanted` answerable cases of simulator seed `seed`, none of whose content hash or normalised message is one of
+    `seen`'s, and how many were skipped for that."""
+    return _cases(seed, wanted, spec, skip_hashes={case_content_hash(c.to_dict()) for c in seen},
+                  skip_messages={_normalised(c.message) for c in seen})
 
 
 def teacher_config(config: ExperimentConfig) -> dict[str, Any]:
@@ -428,7 +438,7 @@ def run_experiment(config: ExperimentConfig, reporter: Reporter) -> dict[str, An
         "steps": {"fixed_sft": configs["fixed"]["stages"][0]["config"]["max_steps"],
                   "hsa_sft": configs["hat"]["stages"][0]["config"]["max_steps"],
                   "opd": config.opd_steps, "rl": config.rl_steps},
-        "harness": _harness_info(data, tokenizer),
+        "harness": harness_info(data, tokenizer),
         "heldout_edits": [{"case_id": v.case.case_id, "variant": v.label, "harness_hash": v.spec.content_hash,
                            "skills": dict(v.mapping.skills), "tools": dict(v.mapping.tools),
                            "late_skill": v.late_skill,
@@ -482,7 +492,7 @@ def run_default_candidate(config: ExperimentConfig, reporter: Reporter,
         "steps": {"hsa_sft": raw["stages"][0]["config"]["max_steps"]},
         # the stage's own record (also when this call resumed a stage trained earlier)
         "training": {key: result.metrics.get(key) for key in ("num_tokens", "tokens_per_s", "first_loss", "loss")},
-        "harness": _harness_info(data, tokenizer),
+        "harness": harness_info(data, tokenizer),
         "lineage": _lineage(data, split, {f"hat:{result.stage}": result}),
         "config": asdict(config),
         "timings_s": {**timings, **{f"eval_{arm}": arms[arm].get("eval_s", 0.0) for arm in arms
@@ -491,7 +501,7 @@ def run_default_candidate(config: ExperimentConfig, reporter: Reporter,
     }
 
 
-def _harness_info(data: Data, tokenizer: Any) -> dict[str, Any]:
+def harness_info(data: Data, tokenizer: Any) -> dict[str, Any]:
     return {"path": str(COMPACT_HARNESS.relative_to(ROOT)), "content_hash": data.spec.content_hash,
             "system_prompt_tokens": system_prompt_tokens(data.spec, data.eval_cases[0], tokenizer)}
 

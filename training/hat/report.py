@@ -71,6 +71,26 @@ def _paired_lines(paired: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def reproduction_table(result: dict[str, Any]) -> list[str]:
+    """The reproduction's table of arms (one run's result of `run_experiment`)."""
+    n, arms = result["n"], result["arms"]
+    lines = [
+        "Accuracy in % (reference judge; IFEval prompt-level strict), 95% bootstrap CI in brackets; Δ = held-out − "
+        "original.",
+        "",
+        "| arm | n | original | held-out | Δ | IFEval (n) | eff. orig / held-out | wrong replies orig / held-out |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, title in ARM_TITLES.items():
+        a = arms[arm]
+        arm_n = a.get("n", n)
+        lines.append(f"| {title} | {arm_n['fixed']} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
+                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} {_ci(a['ifeval_ci']) if a.get('ifeval_ci') else ''} ({arm_n['ifeval']}) "
+                     f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} "
+                     f"| {_wrong(a)} |")
+    return lines
+
+
 def render_markdown(result: dict[str, Any], notes: str = "") -> str:
     """The page; `notes` (the reading of the figures, written after the run) is appended as it is."""
     n, arms, tokens, steps = result["n"], result["arms"], result["train_tokens"], result["steps"]
@@ -87,19 +107,8 @@ def render_markdown(result: dict[str, Any], notes: str = "") -> str:
         "",
         "Command: `" + result.get("command", "python benchmarks/hat_experiment.py") + "`",
         "",
-        "Accuracy in % (reference judge; IFEval prompt-level strict), 95% bootstrap CI in brackets; Δ = held-out − "
-        "original.",
-        "",
-        "| arm | n | original | held-out | Δ | IFEval (n) | eff. orig / held-out | wrong replies orig / held-out |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *reproduction_table(result),
     ]
-    for arm, title in ARM_TITLES.items():
-        a = arms[arm]
-        arm_n = a.get("n", n)
-        lines.append(f"| {title} | {arm_n['fixed']} | {_pct(a['fixed'])} {_ci(a['fixed_ci'])} | {_pct(a['heldout'])} {_ci(a['heldout_ci'])} "
-                     f"| {100 * (a['heldout'] - a['fixed']):+.1f} | {_pct(a['ifeval'])} {_ci(a['ifeval_ci']) if a.get('ifeval_ci') else ''} ({arm_n['ifeval']}) "
-                     f"| {a['fixed_effectiveness']:.2f} / {a['heldout_effectiveness']:.2f} "
-                     f"| {_wrong(a)} |")
     lines += _paired_lines(result.get("paired"))
     disjoint = result["lineage"]["disjoint"]
     lines += [
@@ -191,3 +200,223 @@ def _training_line(training: dict[str, Any]) -> str:
     return (f"- Training (the stage's record): {training['num_tokens']:.0f} tokens at {training['tokens_per_s']:.1f} "
             f"tokens/s (≈ {training['num_tokens'] / training['tokens_per_s'] / 60:.0f} min), loss "
             f"{training['first_loss']:.3f} → {training['loss']:.3f}.")
+
+
+# -- the harness-reading study (issue 42, training.hat.study): its result renders two pages
+
+DECODING_TITLES = {"constrained": "constrained", "free": "free"}
+STUDY_CONDITIONS = ("original", "names", "late_skill", "limits", "wording", "all")
+STUDY_CONDITION_HEADINGS = {"original": "original", "names": "renamed", "late_skill": "late skill",
+                            "limits": "limits", "wording": "wording", "all": "all four"}
+
+
+def _target_figure(unit: str, value: float | None) -> str:
+    if value is None:
+        return "not measured"
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit == "pts":
+        return f"{value:+.1f} pts"
+    return f"{value:.2f}"
+
+
+def targets_lines(targets: dict[str, Any]) -> list[str]:
+    """The issue's targets table, from the result's `targets` (training.hat.targets.assess)."""
+    from training.hat.targets import assess
+
+    lines = ["| measure | value | target | n | met? |", "|---|---:|---:|---:|---|"]
+    for row in assess(targets):
+        bound = ("≥ " if row["higher_is_better"] else "≤ ") + _target_figure(row["unit"], row["target"])
+        if row["met"] is None:
+            verdict = "not measured (no value: see the note below the table)"
+        elif row["met"]:
+            verdict = "**met**"
+        elif row["unit"] in ("%", "pts"):
+            verdict = f"missed by {row['shortfall']:.1f} pts"
+        else:
+            verdict = f"missed by {row['shortfall']:.2f}"
+        lines.append(f"| {row['title']} | {_target_figure(row['unit'], row['value'])} | {bound} | {row['n']} "
+                     f"| {verdict} |")
+    return lines
+
+
+def _study_arm_rows(split: dict[str, Any], arms: list[str]) -> list[str]:
+    heading = " | ".join(STUDY_CONDITION_HEADINGS[c] for c in STUDY_CONDITIONS)
+    lines = [f"| arm | decoding | n | {heading} | Δ all four (paired) | IFEval (n) | wrong replies orig / all four |",
+             "|---|---|---:|" + "---:|" * len(STUDY_CONDITIONS) + "---|---:|---:|"]
+    for arm in arms:
+        entry = split["arms"][arm]
+        ifeval = entry["ifeval"]
+        for decoding, figures in entry["decodings"].items():
+            conditions = figures["conditions"]
+            cells = " | ".join(f"{_pct(conditions[c]['accuracy'])}" if c in conditions else "—"
+                               for c in STUDY_CONDITIONS)
+            drop = _delta(conditions["all"]["vs_original"])
+            lines.append(f"| {ARM_TITLES[arm]} | {DECODING_TITLES[decoding]} | {conditions['original']['n']} | {cells} "
+                         f"| {drop} | {_pct(ifeval['accuracy'])} ({ifeval['n']}) "
+                         f"| {conditions['original']['wrong_replies']} / {conditions['all']['wrong_replies']} |")
+    return lines
+
+
+def _vs_fixed_lines(split: dict[str, Any]) -> list[str]:
+    lines = ["| arm | decoding | all four held-out edits: arm − Fixed-SFT (paired) |", "|---|---|---|"]
+    for decoding, arms in split["heldout_vs_fixed_sft"].items():
+        for arm, pair in arms.items():
+            lines.append(f"| {ARM_TITLES[arm]} | {decoding} | {_delta(pair)} |")
+    return lines
+
+
+def _study_arms(result: dict[str, Any]) -> list[str]:
+    return [arm for arm in ARM_TITLES if arm in result["splits"]["test"]["arms"]]
+
+
+def _split_words(result: dict[str, Any], split: str) -> str:
+    s = result["splits"][split]
+    return (f"{s['cases']} Live-Stream QA cases (simulator seed {s['simulator_seed']}), each also under each held-out "
+            f"edit kind and all four, and {s['ifeval_prompts']} IFEval prompts")
+
+
+def render_study_default_markdown(result: dict[str, Any], notes: str = "") -> str:
+    """`docs/default-model.md` from the study's result: the targets table first, then how the shipped arm was
+    chosen and what it did on the test split."""
+    from training.hat.ablation import condition_table
+
+    shipped, choice = result["shipped"], result["choice"]
+    arm, decoding = shipped["arm"], shipped["decoding"]
+    test = result["splits"]["test"]
+    config = result["config"]
+    tokens, steps = result["train_tokens"], result["steps"]
+    lines = [
+        "# The embedded default model (issue 42: does it read its harness?)",
+        "",
+        f"The candidate is **{ARM_TITLES[arm]}** with **{decoding}** decoding, chosen on the validation split "
+        f"({_split_words(result, 'validation')}): {choice['reason']}. The figures below come from the test split "
+        f"({_split_words(result, 'test')}), judged once, after the choice; nothing was chosen on it.",
+        "",
+        "Command: `" + result.get("command", "python benchmarks/hat_experiment.py --study") + "`",
+        "",
+        f"## Targets (test split, {ARM_TITLES[arm]}, {decoding} decoding, paired case by case)",
+        "",
+        *targets_lines(result["targets"]),
+        "",
+        "Accuracy and drops in points of the share of turns the reference judge passes; a drop is the same cases "
+        "under the edited harness minus the original (negative: the edit costs accuracy). Wrong facts: turns whose "
+        "reply the judge failed (a fallback line is not one), as a share of the original-harness turns. IFEval: "
+        "prompt-level strict, the candidate minus the base on the same prompts. Ratio: the candidate's drop under "
+        "all four held-out edits over Fixed-SFT's under the same decoding (none when Fixed-SFT lost nothing).",
+        "",
+        f"Shipping decision (`training.default_model.ship_decision`, test split): "
+        f"{'ships — ' if result['ships'] else 'not shipped — '}{result['decision']}.",
+        "",
+        f"## {ARM_TITLES[arm]} on the test split, {decoding} decoding",
+        "",
+        *condition_table(test["arms"][arm]["decodings"][decoding]["conditions"]),
+        "",
+        "## The choice (validation split only)",
+        "",
+        f"Rule: {choice['rule']}.",
+        "",
+        "| arm | decoding | distance | targets met | original | all four held-out | IFEval Δ |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in choice["ranking"]:
+        delta = row["ifeval_delta"]
+        lines.append(f"| {ARM_TITLES[row['arm']]} | {row['decoding']} | {row['distance']} | {row['targets_met']} "
+                     f"| {row['original']} | {row['heldout']} | {'—' if delta is None else f'{delta:+.1f}'} |")
+    lines += [
+        "",
+        "## What was run",
+        "",
+        f"- Fixed-Harness SFT: {tokens['fixed_sft_rows']} oracle trajectories under the original harness, "
+        f"{tokens['fixed_sft']} tokens, {steps.get('fixed_sft')} optimizer steps; HSA-SFT: {tokens['hsa_sft_rows']} "
+        f"trajectories ({_hsa_layout(config)}), {tokens['hsa_sft']} tokens, {steps.get('hsa_sft')} steps; General "
+        f"OPD: {steps.get('hsa_sft_opd')} steps from the merged HSA-SFT model"
+        + (f"; HSA-RL: {steps.get('hat')} steps" if "hat" in steps else "") + ".",
+        _tuning_line(config),
+        _eval_line(config),
+        f"- Shipped as: the base with the adapters of {', '.join(shipped['adapters'])} merged in that order "
+        "(`training/default_model/manifest.json` lists them).",
+        "- Training per stage: " + "; ".join(
+            f"{a} {t.get('wall_s') or 0:.0f} s on {(t.get('host') or {}).get('cpu', '?')} "
+            f"({(t.get('host') or {}).get('cores', '?')} cores)"
+            + (f", {t['num_tokens']:.0f} tokens at {t['tokens_per_s']:.1f}/s, loss {t['first_loss']:.3f} → "
+               f"{t['loss']:.3f}" if t.get("tokens_per_s") and t.get("first_loss") is not None else "")
+            + (", resumed from a kept checkpoint" if t.get("resumed_from_kept_checkpoint") else "")
+            for a, t in result["training"].items()) + ".",
+        _study_lineage_line(result["lineage"]),
+        f"- Work recorded over every session: {result['wall_s'] / 3600:.1f} h "
+        f"({', '.join(f'{k} {v:.0f} s' for k, v in result['timings_s'].items())}); hosts: "
+        + "; ".join(f"{h.get('cpu')} × {h.get('cores')} ({h.get('node')})" for h in result["hosts"]) + ".",
+        "",
+        "Every arm under both decodings and every held-out edit kind: docs/hat-reproduction.md.",
+        "",
+    ]
+    if notes:
+        lines += [notes.rstrip(), ""]
+    return "\n".join(lines)
+
+
+def _study_lineage_line(lineage: dict[str, Any]) -> str:
+    disjoint = lineage["disjoint"]
+    return (f"- Lineage: both splits' cases and IFEval prompts were every training pipeline's `data.exclude` ("
+            f"{', '.join(f'{k}: {v}' for k, v in lineage['excluded_eval_sets'].items())}); the pipelines' guard "
+            f"{'checked it for every stage' if lineage['checked_by_pipeline_guard'] else 'did NOT record a check for every stage'}; "
+            "held-out harness hashes / module names found in training: "
+            + ", ".join(f"{split} {len(d['heldout_hashes_in_training'])} / {len(d['heldout_names_in_training'])}"
+                        for split, d in disjoint.items())
+            + "; eval cases skipped as near-duplicates of training (or, for the test split, of validation): "
+            + ", ".join(f"{split} {n}" for split, n in lineage["skipped_near_duplicates"].items()) + ".")
+
+
+def render_study_reproduction_markdown(result: dict[str, Any], earlier: dict[str, Any] | None = None,
+                                       earlier_page: str = "", notes: str = "") -> str:
+    """`docs/hat-reproduction.md` from the study's result: every arm under both decodings and every held-out edit
+    kind, test split then validation split; then the earlier run's table (`earlier`, a `run_experiment` result),
+    labelled as such."""
+    arms = _study_arms(result)
+    harness = result["harness"]
+    lines = [
+        "# HAT reproduction on today's harness (issue 42)",
+        "",
+        f"Model `{result['model']}`, compact harness `{harness['path']}` (content hash "
+        f"`{harness['content_hash'][:12]}`, first prompt {harness['system_prompt_tokens']} tokens with tool schemas). "
+        "Each arm judged with harness-constrained decoding (a call can only name a declared tool or skill) and "
+        "free, so the training's share of robustness shows apart from the decoding's. Produced by "
+        "`benchmarks/hat_experiment.py --study` (training/hat/study.py); the shipped default's targets: "
+        "docs/default-model.md.",
+        "",
+        "Command: `" + result.get("command", "python benchmarks/hat_experiment.py --study") + "`",
+        "",
+        f"## Test split ({_split_words(result, 'test')})",
+        "",
+        "Accuracy in % (reference judge) per condition; Δ: all four held-out edits − original, case by case (paired "
+        "bootstrap 95% CI; ↑/↓ cases that got right/wrong; exact McNemar p); IFEval prompt-level strict.",
+        "",
+        *_study_arm_rows(result["splits"]["test"], arms),
+        "",
+        *_vs_fixed_lines(result["splits"]["test"]),
+        "",
+        f"## Validation split ({_split_words(result, 'validation')}; the choice was made here)",
+        "",
+        *_study_arm_rows(result["splits"]["validation"], arms),
+        "",
+        _tuning_line(result["config"]),
+        _eval_line(result["config"]),
+        _study_lineage_line(result["lineage"]),
+        "",
+    ]
+    if earlier:
+        lines += [
+            "## The earlier run (issue 13, before HSA's large name vocabulary and constrained decoding)",
+            "",
+            f"Kept for comparison, as measured then: {earlier['n']['fixed']} eval cases (the seed this study's "
+            "validation split is drawn from), one held-out edit per case with all four kinds, free decoding. "
+            f"Command: `{earlier.get('command', '')}`."
+            + (f" Its full page, with the reading written then: {earlier_page}." if earlier_page else ""),
+            "",
+            *reproduction_table(earlier),
+            "",
+        ]
+    if notes:
+        lines += [notes.rstrip(), ""]
+    return "\n".join(lines)
