@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint seed worker clean train-default hat-experiment
+.PHONY: install run test lint seed worker clean train-default hat-experiment harness-reading harness-reading-status
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,3 +71,23 @@ hat-experiment: install
 	$(BIN)/python benchmarks/hat_experiment.py --model smollm2 --cases 100 --train-examples 160 \
 	    --grad-accumulation 2 --lr 3e-4 --steps 2 --opd-steps 50 --rl-cases 4 --max-new-tokens 64 --precision auto \
 	    --parallel-training --eval-workers 2 --workdir var/hat-experiment
+
+# The harness-reading study (issue 42; training/hat/study.py): base, Fixed-SFT, HSA-SFT (420 rows, one harness state
+# a case, 12 rooms, the field-naming oracle) and HSA-SFT + 50 OPD steps, each judged with constrained and free
+# decoding under the original harness and every held-out edit kind, on a 40-case validation split (where the shipped
+# arm and decoding are chosen) and a 100-case test split (the issue's targets, docs/default-model.md; the
+# reproduction, docs/hat-reproduction.md). Longer than a session: its state is experiments/harness-reading/,
+# committed after each stage and every ~15 min; it stops cleanly after HOURS (exit 3; a stage cut part way keeps its
+# checkpoint there) and the same command, in the next session on any machine, goes on. Estimated on a 2-core CPU:
+# training ~4 h with bf16 (AMX) or ~7 h without, judging ~13 h (the base, which falls back after every retry, ~6 h
+# of it). `make harness-reading-status` prints what is done and what is left.
+HOURS ?= 2.5
+HARNESS_READING := benchmarks/hat_experiment.py --study --model smollm2 --validation-cases 40 --test-cases 100 \
+	--train-examples 420 --hsa-states single --oracle tools-first-named --train-rooms 12 --lr 3e-4 \
+	--grad-accumulation 2 --opd-steps 50 --max-new-tokens 64 --precision auto --eval-threads 2 \
+	--state-dir experiments/harness-reading --workdir var/harness-reading
+harness-reading: install
+	$(BIN)/python $(HARNESS_READING) --keep-checkpoint --commit-state --hours $(HOURS) --package-default
+
+harness-reading-status: install
+	$(BIN)/python $(HARNESS_READING) --status

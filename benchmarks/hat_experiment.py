@@ -8,6 +8,16 @@ original harness, under held-out harness edits (one per case) and on IFEval-form
 Writes docs/hat-reproduction.json and docs/hat-reproduction.md (unless --out-* say otherwise) and
 prints the table. Everything is seeded (--seed, --heldout-seed); nothing is downloaded. What each arm
 is and how the data are kept apart: training/hat/experiment.py.
+
+--study runs the harness-reading study instead (issue 42, training/hat/study.py; `make harness-reading`):
+validation and test splits, every arm under constrained and free decoding and every held-out edit kind,
+the recipe chosen on validation, the targets from the test split. Its state is kept in --state-dir (commit
+it: a later session on another machine goes on from it); run the same command again to go on, --status to
+see what is left:
+
+    python benchmarks/hat_experiment.py --study --model tiny --validation-cases 2 --test-cases 2 \
+        --train-examples 2 --opd-steps 1 --ifeval-validation 2 --ifeval-test 2 --max-new-tokens 8 \
+        --state-dir /tmp/hr-state --workdir /tmp/hr-work --docs-dir /tmp/hr-docs   # toy scale
 """
 
 from __future__ import annotations
@@ -65,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ifeval", type=int, default=0, help="IFEval prompts (0: all)")
     parser.add_argument("--lr", type=float, default=2e-4, help="SFT learning rate (LoRA; use ~5e-5 for full)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--ifeval-new-tokens", type=int, default=160, help="new tokens per IFEval answer")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     parser.add_argument("--engine", choices=("", "llama.cpp", "transformers"), default="",
                         help="eval engine (default: llama.cpp on cpu, transformers on cuda)")
@@ -75,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--heldout-seed", type=int, default=1301)
-    parser.add_argument("--workdir", default="var/hat-experiment")
+    parser.add_argument("--workdir", help="scratch: models, GGUFs, prepared data (default var/hat-experiment; "
+                                          "with --study var/harness-reading)")
     parser.add_argument("--oracle", choices=tuple(ORACLES), default="tools-first",
                         help="the oracle teacher's protocol: tools, skill, bare facts (the reproduction's); "
                              "tools-first-named: each fact after its tool-result field's name; skill-first: the skill, "
@@ -103,7 +115,30 @@ def main(argv: list[str] | None = None) -> int:
                              "docs/default-model.json/.md, then package it when it passes the shipping rule")
     parser.add_argument("--base-from", help="with --default-candidate: take the base's scores from this result "
                                             "JSON (an earlier judging of the same base) instead of judging it again")
+    study = parser.add_argument_group("the harness-reading study (--study)")
+    study.add_argument("--study", action="store_true", help="run the harness-reading study (module docstring)")
+    study.add_argument("--validation-cases", type=int, default=40, help="validation split: eval cases")
+    study.add_argument("--test-cases", type=int, default=100, help="test split: eval cases")
+    study.add_argument("--ifeval-validation", type=int, default=0, help="validation IFEval prompts (0: all)")
+    study.add_argument("--ifeval-test", type=int, default=0, help="test IFEval prompts (0: all)")
+    study.add_argument("--with-rl", action="store_true", help="also the HAT arm (HSA-RL after OPD; slow on a CPU)")
+    study.add_argument("--conditions", default="",
+                       help="comma-separated conditions judged (default all six; original, names, all at least)")
+    study.add_argument("--state-dir", default="experiments/harness-reading",
+                       help="the study's committed state (adapters, records, choice)")
+    study.add_argument("--keep-checkpoint", action="store_true",
+                       help="a stage cut part way copies its Trainer checkpoint into --state-dir (~59 MB for "
+                            "SmolLM2 LoRA r16), so the next session, on any machine, resumes mid-stage")
+    study.add_argument("--hours", type=float, default=0.0,
+                       help="stop cleanly after this many hours (0: never): the stage checkpoints, judging ends "
+                            "its part; set it below the session's limit")
+    study.add_argument("--commit-state", action="store_true",
+                       help="git-commit --state-dir (alone) after each stage and every ~15 min of judging")
+    study.add_argument("--status", action="store_true", help="print what is done and what is left, and exit")
+    study.add_argument("--docs-dir", default=str(ROOT / "docs"),
+                       help="where the study writes default-model.json/.md and hat-reproduction.md")
     args = parser.parse_args(argv)
+    args.workdir = args.workdir or ("var/harness-reading" if args.study else "var/hat-experiment")
     if args.render_only:
         result = json.loads(Path(args.out_json).read_text(encoding="utf-8"))
         notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
@@ -112,13 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     config = ExperimentConfig(model=args.model, cases=args.cases, train_examples=args.train_examples,
                               rl_steps=args.steps, opd_steps=args.opd_steps, rl_cases=args.rl_cases,
                               sft_epochs=args.epochs, ifeval=args.ifeval, learning_rate=args.lr,
-                              max_new_tokens=args.max_new_tokens, seed=args.seed, heldout_seed=args.heldout_seed,
+                              max_new_tokens=args.max_new_tokens, ifeval_new_tokens=args.ifeval_new_tokens,
+                              seed=args.seed, heldout_seed=args.heldout_seed,
                               workdir=args.workdir, device=args.device, engine=args.engine,
                               finetune=args.finetune, lora_r=args.lora_r, precision=args.precision,
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit, eval_threads=args.eval_threads,
                               parallel_training=args.parallel_training, oracle=args.oracle,
                               train_rooms=args.train_rooms, hsa_states=args.hsa_states)
+    if args.study:
+        return harness_reading(config, args, argv)
     if args.default_candidate:
         return default_candidate(config, args, argv)
     if args.judge_arm:
@@ -157,6 +195,79 @@ def default_candidate(config: ExperimentConfig, args: argparse.Namespace, argv: 
     out = package_adapter(Path(config.workdir) / "hat" / "stages" / "00-sft", result, SHIPPABLE_ARM)
     print(f"Packaged {SHIPPABLE_ARM} into {out}; `manage.py build_default_model` (make run) builds it.")
     return 0
+
+
+def harness_reading(config: ExperimentConfig, args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The study (exit 0: done and the candidate ships; 1: done, not shipped; 3: stopped early, run it again)."""
+    from training.hat.study import (
+        CONDITIONS,
+        Stopper,
+        Study,
+        StudyConfig,
+        StudyPaused,
+        format_status,
+        study_status,
+    )
+    from training.hat.study_figures import study_result
+
+    study_config = StudyConfig(experiment=config, validation_cases=args.validation_cases, test_cases=args.test_cases,
+                               ifeval_validation=args.ifeval_validation, ifeval_test=args.ifeval_test,
+                               with_rl=args.with_rl,
+                               conditions=tuple(c for c in args.conditions.split(",") if c) or CONDITIONS,
+                               state_dir=args.state_dir, keep_checkpoint=args.keep_checkpoint, hours=args.hours,
+                               commit_state=args.commit_state)
+    if args.status:
+        print(format_status(study_status(study_config)))
+        return 0
+    stopper = Stopper(args.hours)
+    stopper.install()
+    study = Study(study_config, PrintReporter(), stopper=stopper)
+    try:
+        study.run()
+    except StudyPaused as paused:
+        print(f"Paused: {paused}")
+        print(format_status(study_status(study_config)))
+        return 3
+    result = study_result(study)
+    result["command"] = "python benchmarks/hat_experiment.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
+    write_study_docs(result, Path(args.docs_dir), notes)
+    print(f"{'Ships' if result['ships'] else 'Not shipped'}: {result['decision']}")
+    if result["ships"] and args.package_default:
+        from training.default_model import package_adapters
+        from training.hat.study import CHAINS
+        from training.hat.study_state import StudyState
+
+        state = StudyState(Path(args.state_dir))
+        arm = result["shipped"]["arm"]
+        out = package_adapters([state.stage_dir(stage) for stage in CHAINS[arm]], result, arm)
+        print(f"Packaged {arm} ({' + '.join(CHAINS[arm])}) into {out}; `manage.py build_default_model` (make run) "
+              "builds it.")
+    return 0 if result["ships"] else 1
+
+
+def write_study_docs(result: dict, docs: Path, notes: str = "") -> None:
+    """default-model.json/.md and hat-reproduction.md from the study's result. The first time, the pages of the
+    run before the study (issue 13's reproduction and default candidate) move to `<name>-earlier.{json,md}`, and
+    the new reproduction page shows that run's table, labelled."""
+    from training.hat.report import render_study_default_markdown, render_study_reproduction_markdown
+
+    docs.mkdir(parents=True, exist_ok=True)
+    for name in ("hat-reproduction", "default-model"):
+        earlier = docs / f"{name}.json"
+        if earlier.is_file() and "study" not in json.loads(earlier.read_text(encoding="utf-8")) \
+                and not (docs / f"{name}-earlier.json").exists():
+            for suffix in (".json", ".md"):
+                if (docs / f"{name}{suffix}").is_file():
+                    (docs / f"{name}{suffix}").rename(docs / f"{name}-earlier{suffix}")
+    earlier_path = docs / "hat-reproduction-earlier.json"
+    earlier = json.loads(earlier_path.read_text(encoding="utf-8")) if earlier_path.is_file() else None
+    (docs / "default-model.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
+    (docs / "default-model.md").write_text(render_study_default_markdown(result, notes), encoding="utf-8")
+    (docs / "hat-reproduction.md").write_text(
+        render_study_reproduction_markdown(result, earlier, "hat-reproduction-earlier.md" if earlier else ""),
+        encoding="utf-8")
 
 
 def package_default(result: dict, workdir: Path) -> int:

@@ -228,7 +228,7 @@ def targets_lines(targets: dict[str, Any]) -> list[str]:
     for row in assess(targets):
         bound = ("≥ " if row["higher_is_better"] else "≤ ") + _target_figure(row["unit"], row["target"])
         if row["met"] is None:
-            verdict = "not measured (no value: see the note below the table)"
+            verdict = "no value (see below)"
         elif row["met"]:
             verdict = "**met**"
         elif row["unit"] in ("%", "pts"):
@@ -321,7 +321,7 @@ def render_study_default_markdown(result: dict[str, Any], notes: str = "") -> st
     ]
     for row in choice["ranking"]:
         delta = row["ifeval_delta"]
-        lines.append(f"| {ARM_TITLES[row['arm']]} | {row['decoding']} | {row['distance']} | {row['targets_met']} "
+        lines.append(f"| {ARM_TITLES[row['arm']]} | {row['decoding']} | {row.get('distance', '—')} | {row['targets_met']} "
                      f"| {row['original']} | {row['heldout']} | {'—' if delta is None else f'{delta:+.1f}'} |")
     lines += [
         "",
@@ -409,8 +409,8 @@ def render_study_reproduction_markdown(result: dict[str, Any], earlier: dict[str
         lines += [
             "## The earlier run (issue 13, before HSA's large name vocabulary and constrained decoding)",
             "",
-            f"Kept for comparison, as measured then: {earlier['n']['fixed']} eval cases (the seed this study's "
-            "validation split is drawn from), one held-out edit per case with all four kinds, free decoding. "
+            f"Kept for comparison, as measured then: {earlier['n']['fixed']} eval cases drawn from the simulator seed "
+            "this study's validation split uses, one held-out edit per case with all four kinds, free decoding. "
             f"Command: `{earlier.get('command', '')}`."
             + (f" Its full page, with the reading written then: {earlier_page}." if earlier_page else ""),
             "",

@@ -1,0 +1,210 @@
+"""The harness-reading study (issue 42): two disjoint eval splits, the recipe chosen on validation alone, and a
+state folder that lets a later session, on a machine where var/ is gone, go on without retraining or rejudging."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.case_hashing import case_content_hash
+from training.hat.experiment import ExperimentConfig
+from training.hat.study import (
+    Stopper,
+    Study,
+    StudyConfig,
+    StudyPaused,
+    build_study_data,
+    format_status,
+    study_status,
+)
+from training.hat.study_figures import study_result
+from training.hat.study_state import StudyState, StudyStateError
+from training.hat.targets import TARGETS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Recorder:
+    def __init__(self):
+        self.lines, self.logs = [], []
+        self.hsa_sft_stepped = False  # HSA-SFT (the stage after Fixed-SFT) has logged an optimizer step
+
+    def log(self, stage, step, total, metrics):
+        self.logs.append((stage, step, total))
+        self.hsa_sft_stepped |= any(line.startswith("study: fixed_sft trained") for line in self.lines)
+
+    def line(self, text):
+        self.lines.append(text)
+
+    def checkpoint(self, result):
+        pass
+
+
+def toy(tmp_path, **changes) -> StudyConfig:
+    experiment = ExperimentConfig(model="tiny", train_examples=4, opd_steps=1, max_new_tokens=8, ifeval_new_tokens=8,
+                                  learning_rate=5e-3, grad_accumulation=1, workdir=str(tmp_path / "work"))
+    return StudyConfig(experiment=experiment, validation_cases=2, test_cases=2, ifeval_validation=2, ifeval_test=2,
+                       conditions=("original", "names", "all"), state_dir=str(tmp_path / "state"),
+                       keep_checkpoint=True, **changes)
+
+
+def test_the_splits_are_disjoint_from_each_other_and_from_training(tmp_path):
+    config = dataclasses.replace(toy(tmp_path), validation_cases=6, test_cases=8)
+    data = build_study_data(config)
+    validation, test = data["validation"], data["test"]
+    hashes = {split: {case_content_hash(c.to_dict()) for c in data[split].eval_cases} for split in data}
+    messages = {split: {c.message.lower() for c in data[split].eval_cases} for split in data}
+    trained = {case_content_hash(c.to_dict()) for c in (*validation.train_pool, *validation.rl_cases)}
+    assert len(validation.eval_cases) == 6 and len(test.eval_cases) == 8
+    assert not hashes["validation"] & hashes["test"] and not messages["validation"] & messages["test"]
+    assert not trained & (hashes["validation"] | hashes["test"])
+    # every pipeline gets both splits' cases and prompts as exclusions (its lineage guard checks them)
+    assert validation.exclude == test.exclude
+    assert set(validation.exclude) == {"hat-lsqa-validation", "hat-lsqa-test", "hat-ifeval-validation",
+                                       "hat-ifeval-test"}
+    assert set(validation.exclude["hat-lsqa-test"]) == hashes["test"]
+    assert len(validation.ifeval) == len(test.ifeval) == 2
+    assert not {case_content_hash(r) for r in validation.ifeval} & {case_content_hash(r) for r in test.ifeval}
+    # each case has its own held-out edit; the same seed draws the same splits
+    assert len({v.spec.content_hash for v in test.heldout}) == 8
+    again = build_study_data(config)
+    assert [c.case_id for c in again["test"].eval_cases] == [c.case_id for c in test.eval_cases]
+
+
+def test_a_state_folder_belongs_to_one_study(tmp_path):
+    config = toy(tmp_path)
+    # how the run goes does not change what it measures
+    assert dataclasses.replace(config, hours=2.5, commit_state=True, keep_checkpoint=False).fingerprint() == \
+        config.fingerprint()
+    assert dataclasses.replace(config, experiment=dataclasses.replace(config.experiment, eval_threads=2,
+                                                                      workdir="elsewhere")).fingerprint() == \
+        config.fingerprint()
+    other = dataclasses.replace(config, test_cases=3)
+    assert other.fingerprint() != config.fingerprint()
+    state = StudyState(Path(config.state_dir))
+    state.claim(config.fingerprint(), config.measured())
+    state.claim(config.fingerprint(), config.measured())
+    with pytest.raises(StudyStateError, match="another study"):
+        state.claim(other.fingerprint(), other.measured())
+    with pytest.raises(ValueError, match="conditions"):
+        Study(dataclasses.replace(config, conditions=("original", "all")), Recorder())
+
+
+def _judged_files(state_dir: Path) -> dict[str, int]:
+    return {str(p.relative_to(state_dir)): p.stat().st_mtime_ns for p in (state_dir / "judged").rglob("*.json")}
+
+
+@pytest.mark.timeout(1800)
+def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudging(tmp_path):
+    config = toy(tmp_path)
+    state_dir, work = Path(config.state_dir), Path(config.experiment.workdir)
+
+    # Session 1 is cut during HSA-SFT (4 optimizer steps): Fixed-SFT is kept, HSA-SFT's checkpoint too.
+    first = Recorder()
+    cut = Stopper(stop=lambda: first.hsa_sft_stepped)
+    with pytest.raises(StudyPaused):
+        Study(config, first, stopper=cut).run()
+    assert "study: fixed_sft trained" in " ".join(first.lines)
+    kept = StudyState(state_dir).kept_checkpoint("hsa_sft")
+    assert kept is not None and (kept / "trainer_state.json").is_file()
+    fixed = json.loads((state_dir / "stages" / "fixed_sft" / "result.json").read_text())
+    assert fixed["path"] == "stages/00-sft/model" and fixed["wall_s"] > 0 and fixed["host"]["cores"]
+    assert (state_dir / "stages" / "fixed_sft" / "adapter" / "adapter_model.safetensors").is_file()
+    status = study_status(config)
+    parts = {part["part"]: part for part in status["parts"]}
+    assert parts["train fixed_sft"]["done"] and not parts["train hsa_sft"]["done"]
+    assert parts["train hsa_sft"]["note"] == f"kept {kept.name}" and status["estimate_left_s"] > 0
+    assert "train hsa_sft" in format_status(status)
+
+    # Session 2 starts on a "new machine": var/ is gone, only the state folder survives.
+    shutil.rmtree(work)
+    second = Recorder()
+    study = Study(config, second)
+    study.run()
+    result = study_result(study)
+    text = " ".join(second.lines)
+    assert "fixed_sft trained" not in text and "study: hsa_sft trained" in text
+    assert f"study: hsa_sft resumes from the kept {kept.name}" in text
+    resumed = re.search(r"sft: resumed at step (\d+) of 4", text)  # mid-stage, from the kept Trainer checkpoint
+    assert resumed and 0 < int(resumed.group(1)) < 4 and kept.name == f"checkpoint-{resumed.group(1)}"
+    assert StudyState(state_dir).kept_checkpoint("hsa_sft") is None  # dropped once the stage finished
+    hsa = json.loads((state_dir / "stages" / "hsa_sft" / "result.json").read_text())
+    assert hsa["resumed_from_kept_checkpoint"] is True
+    opd = json.loads((state_dir / "stages" / "hsa_sft_opd" / "result.json").read_text())
+    assert opd["parent_path"] == hsa["path"] == "stages/00-sft/model"  # OPD continued from the merged SFT model
+    assert all(p["done"] for p in study_status(config)["parts"])
+
+    # The result: both splits, every arm under both decodings; targets from the test split of the chosen arm.
+    assert set(result["splits"]) == {"validation", "test"}
+    for split in ("validation", "test"):
+        for arm in ("base", "fixed_sft", "hsa_sft", "hsa_sft_opd"):
+            entry = result["splits"][split]["arms"][arm]
+            assert set(entry["decodings"]) == {"constrained", "free"} and entry["ifeval"]["n"] == 2
+            assert set(entry["decodings"]["free"]["conditions"]) == {"original", "names", "all"}
+    assert set(result["targets"]) == {t.key for t in TARGETS}
+    assert all(set(v) == {"value", "target", "n"} for v in result["targets"].values())
+    assert result["targets"]["original_accuracy"]["n"] == 2 and result["targets"]["ifeval_delta"]["n"] == 2
+    assert result["choice"]["split"] == "validation" and result["shipped"]["arm"] in ("hsa_sft", "hsa_sft_opd")
+    assert result["targets_source"]["split"] == "test" and not result["ships"]  # a random model ships nowhere
+    assert result["lineage"]["checked_by_pipeline_guard"]
+    assert all(d["heldout_names_in_training"] == [] for d in result["lineage"]["disjoint"].values())
+    record = json.loads(next((state_dir / "judged" / "test" / "base").rglob("original.json")).read_text())
+    assert record["host"]["cpu"] and "eval_s" in record and record["split"] == "test"
+
+    # Session 3, again on a fresh machine: nothing is trained or judged again.
+    shutil.rmtree(work)
+    judged = _judged_files(state_dir)
+    third = Recorder()
+    study = Study(config, third)
+    study.run()
+    again = study_result(study)
+    assert not [line for line in third.lines if "trained" in line or "judging" in line or "IFEval for" in line]
+    assert _judged_files(state_dir) == judged and again["targets"] == result["targets"]
+
+    # The choice reads the validation split only: test records altered (and the choice made afresh) change the
+    # test figures, never the choice.
+    for path in (state_dir / "judged" / "test").rglob("*.json"):
+        record = json.loads(path.read_text())
+        for turn in record.get("turns", ()):
+            turn["accuracy"], turn["outcome"] = 1, "replied"
+        for verdict in record.get("verdicts", ()):
+            verdict["strict"] = 1 - verdict["strict"]
+        path.write_text(json.dumps(record))
+    choice = json.loads((state_dir / "choice.json").read_text())
+    (state_dir / "choice.json").unlink()
+    study = Study(config, Recorder())
+    study.run()
+    altered = study_result(study)
+    assert altered["targets"]["original_accuracy"]["value"] == 100.0
+    remade = json.loads((state_dir / "choice.json").read_text())
+    assert {k: v for k, v in remade.items() if k != "made_at"} == {k: v for k, v in choice.items() if k != "made_at"}
+
+    # The command writes the docs from the state (the run before the study kept, labelled as the earlier run).
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import hat_experiment
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("hat-reproduction.json", "hat-reproduction.md", "default-model.json", "default-model.md"):
+        shutil.copyfile(ROOT / "docs" / name, docs / name)
+    args = ["--study", "--model", "tiny", "--validation-cases", "2", "--test-cases", "2", "--train-examples", "4",
+            "--opd-steps", "1", "--ifeval-validation", "2", "--ifeval-test", "2", "--max-new-tokens", "8",
+            "--ifeval-new-tokens", "8",
+            "--lr", "5e-3", "--grad-accumulation", "1", "--conditions", "original,names,all",
+            "--state-dir", str(state_dir), "--workdir", str(work), "--docs-dir", str(docs)]
+    assert hat_experiment.main(args) == 1  # done, not shipped
+    written = json.loads((docs / "default-model.json").read_text())
+    assert written["targets"] == altered["targets"] and written["study"]
+    page = (docs / "default-model.md").read_text()
+    assert "| original-harness accuracy | 100.0 % | ≥ 70.0 % | 2 | **met** |" in page
+    reproduction = (docs / "hat-reproduction.md").read_text()
+    assert "## The earlier run" in reproduction and "| Fixed-Harness SFT | 100 |" in reproduction
+    assert (docs / "hat-reproduction-earlier.md").is_file() and (docs / "default-model-earlier.json").is_file()
+    assert "Paused" not in reproduction
+
