@@ -157,6 +157,24 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     record = json.loads(next((state_dir / "judged" / "test" / "base").rglob("original.json")).read_text())
     assert record["host"]["cpu"] and "eval_s" in record and record["split"] == "test"
 
+    # What ships is what was judged: the base with the kept fp16 adapters merged in order.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.base_models import materialize_base, model_cache
+    from training.default_model import adapter_chain, manifest, merge_adapters, package_adapters
+
+    out = package_adapters([state_dir / "stages" / "hsa_sft", state_dir / "stages" / "hsa_sft_opd"], result,
+                           "hsa_sft_opd", out_dir=tmp_path / "default")
+    info = manifest(out)
+    assert [entry["dir"] for entry in info["adapters"]] == ["00-sft", "01-opd"]
+    assert info["decoding"] == result["shipped"]["decoding"] and set(info["targets"]) == set(result["targets"])
+    judged_model = AutoModelForCausalLM.from_pretrained(work / "hat" / "stages" / "01-opd" / "model").state_dict()
+    shipped = merge_adapters(materialize_base(config.experiment.base, model_cache(), seed=config.experiment.seed),
+                             adapter_chain(out)).state_dict()
+    assert judged_model.keys() == shipped.keys()
+    assert all(torch.equal(judged_model[name], shipped[name]) for name in shipped)
+
     # Session 3, again on a fresh machine: nothing is trained or judged again.
     shutil.rmtree(work)
     judged = _judged_files(state_dir)
