@@ -226,3 +226,30 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert (docs / "hat-reproduction-earlier.md").is_file() and (docs / "default-model-earlier.json").is_file()
     assert "Paused" not in reproduction
 
+
+
+def test_the_state_commits_its_own_folder_and_nothing_else(tmp_path, monkeypatch):
+    import subprocess
+
+    from training.hat import study_state
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "config", "user.email", "t@example.com"], check=True)
+    subprocess.run([*git, "config", "user.name", "t"], check=True)
+    (repo / "other.txt").write_text("someone else's work in progress")
+    subprocess.run([*git, "add", "other.txt"], check=True)  # staged by someone else: must stay uncommitted
+    monkeypatch.setattr(study_state, "ROOT", repo)
+    state = StudyState(repo / "experiments" / "study", commit=True, commit_interval_s=3600)
+    study_state.write_json(state.judged_path("test", "base", "free", "original"), {"turns": []})
+    assert state.commit("first", force=True)
+    assert not state.commit("too soon")  # within the interval, unforced
+    assert not state.commit("nothing new", force=True)
+    committed = subprocess.run([*git, "show", "--name-only", "--format=%s", "HEAD"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    assert committed == ["first", "experiments/study/judged/test/base/free/original.json"]
+    staged = subprocess.run([*git, "diff", "--cached", "--name-only"], capture_output=True, text=True).stdout.split()
+    assert staged == ["other.txt"]
+    assert not StudyState(tmp_path / "outside", commit=True).commit("x", force=True)  # not in the checkout
