@@ -122,7 +122,8 @@ def test_every_package_reaches_the_image():
 def test_local_state_stays_out_of_the_image():
     patterns = dockerignore_patterns((ROOT / ".dockerignore").read_text())
     for path in (".git/HEAD", ".venv/bin/python", "var/secret_key", ".env", "console/__pycache__/a.pyc",
-                 "node_modules/chart.js/package.json", "static_build/editor.js"):
+                 "node_modules/chart.js/package.json", "static_build/editor.js",
+                 "experiments/harness-reading/study.json"):
         assert not in_build_context(path, patterns), path
 
 
