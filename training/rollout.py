@@ -170,10 +170,10 @@ class TransformersGeneration:
             mask[row, cols] = 1
         cache = None
         if c_width:
-            layers = []
-            for layer in range(len(next(entry for _, entry in kept if entry is not None))):
-                shape = next(entry for _, entry in kept if entry is not None)[layer][0].shape
-                k = ids.new_zeros((len(distinct), shape[0], c_width, shape[2]), dtype=self.model.dtype)
+            layers, template = [], next(entry for _, entry in kept if entry is not None)
+            for layer, (keys_like, _) in enumerate(template):
+                heads, _, head_dim = keys_like.shape
+                k = keys_like.new_zeros((len(distinct), heads, c_width, head_dim))
                 v = torch.zeros_like(k)
                 for row, (length, entry) in enumerate(kept):
                     if length:
