@@ -253,3 +253,50 @@ def test_the_state_commits_its_own_folder_and_nothing_else(tmp_path, monkeypatch
     staged = subprocess.run([*git, "diff", "--cached", "--name-only"], capture_output=True, text=True).stdout.split()
     assert staged == ["other.txt"]
     assert not StudyState(tmp_path / "outside", commit=True).commit("x", force=True)  # not in the checkout
+
+
+def test_auto_precision_is_resolved_once_and_kept_for_every_later_stage(tmp_path, monkeypatch):
+    import training.base_models
+
+    config = toy(tmp_path)
+    assert config.experiment.precision == "auto"
+    monkeypatch.setattr(training.base_models, "resolve_bf16", lambda precision, *, use_cpu: True)
+    first = Study(config, Recorder())
+    first.state.claim(config.fingerprint(), config.measured())
+    first.pin_precision()
+    assert first.experiment.precision == "bf16"
+    # a later session on a host without bf16 instructions still trains in bf16, and it is the same study
+    monkeypatch.setattr(training.base_models, "resolve_bf16", lambda precision, *, use_cpu: False)
+    later = Study(config, Recorder())
+    later.pin_precision()
+    assert later.experiment.precision == "bf16" and later.config.fingerprint() == config.fingerprint()
+    assert study_status(config)["rates"]["sft_tokens_per_s"] == 108.0  # the pinned precision's default rate
+    # an explicit precision is not "auto": nothing is pinned or overridden
+    explicit = dataclasses.replace(config, experiment=dataclasses.replace(config.experiment, precision="fp32"),
+                                   state_dir=str(tmp_path / "explicit"))
+    study = Study(explicit, Recorder())
+    study.pin_precision()
+    assert study.experiment.precision == "fp32" and not (tmp_path / "explicit" / "precision.json").exists()
+
+
+def test_the_targets_parts_are_judged_before_the_rest_of_the_ablation(tmp_path, monkeypatch):
+    config = dataclasses.replace(toy(tmp_path), conditions=("original", "names", "late_skill", "limits", "wording",
+                                                            "all"))
+    calls = []
+    monkeypatch.setattr(Study, "train", lambda self: calls.append("train"))
+    monkeypatch.setattr(Study, "judge", lambda self, split, arm, conditions=(): calls.append(
+        (split, arm, tuple(conditions) or "every condition")))
+    monkeypatch.setattr(Study, "choose", lambda self: calls.append("choose") or {"arm": "hsa_sft_opd",
+                                                                                   "decoding": "free"})
+    Study(config, Recorder()).run()
+    targets = ("original", "names", "all")
+    chosen = calls.index("choose")
+    assert calls[0] == "train"
+    assert calls[1:chosen] == [("validation", arm, targets) for arm in config.arms]
+    test_order = ["hsa_sft_opd", "fixed_sft", "base", "hsa_sft"]
+    assert calls[chosen + 1:chosen + 5] == [("test", arm, targets) for arm in test_order]
+    assert calls[chosen + 5:] == [(split, arm, "every condition") for split in ("test", "validation")
+                                  for arm in test_order]
+    # the status counts the targets' parts apart from the rest
+    status = study_status(config)
+    assert 0 < status["targets_left_s"] < status["estimate_left_s"]

@@ -17,9 +17,11 @@ across sessions that each start on a fresh machine.
   `training.hat.experiment` (Fixed-SFT at HSA-SFT's training tokens; OPD continues from the merged SFT model).
 - **Judging.** Every arm on both splits under decoding "constrained" and "free", on the original harness and
   under each held-out edit kind and all four (`training.hat.ablation`'s conditions); IFEval once per arm and split.
-- **Order and choice.** Training, then the validation split for every arm, then the choice (`choice.json`:
-  which arm ships and with which decoding, `choose_on_validation`, reading validation records only), then the
-  test split, the shipped arm and its comparators first. The test split never feeds a choice.
+- **Order and choice.** Training, then the targets' conditions (original, names, all) and IFEval on the
+  validation split for every arm, then the choice (`choice.json`: which arm ships and with which decoding,
+  `choose_on_validation`, reading validation records only), then the targets' conditions on the test split, the
+  shipped arm and its comparators first; the ablation's other edit kinds come last (test, then validation), so
+  the targets are measured sessions before the whole ablation is. The test split never feeds a choice.
 - **Targets.** `training.hat.targets.compute_targets` on the test split of the shipped arm under its decoding
   (Fixed-SFT under the same decoding for the drop ratio, the base for IFEval).
 - **State.** Everything a later session needs is in `state_dir` (`training.hat.study_state`); `workdir`
@@ -36,7 +38,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +71,11 @@ PREFERENCE = tuple((arm, decoding) for decoding in DECODINGS for arm in SHIPPABL
 # Needed for the targets and the choice; the other conditions are judged after them.
 TARGET_CONDITIONS = ("original", "names", "all")
 # Seconds, for --status before anything was measured (2-core CPU, the 2026-12-01 run: the base falls back after
-# every retry, a trained arm answers; SmolLM2 SFT ~55 tokens/s in fp32, ~108 with bf16).
+# every retry, a trained arm answers; SmolLM2 SFT with the compact LM head ~120 tokens/s in fp32 on the
+# 2026-12-07 AMD EPYC host, ~108 with bf16 before the compact head).
 DEFAULT_TURN_S = {"base": 12.0, "trained": 5.0}
 DEFAULT_IFEVAL_S = 3.0
-DEFAULT_SFT_TOKENS_PER_S = {"fp32": 55.0, "bf16": 108.0}
+DEFAULT_SFT_TOKENS_PER_S = {"fp32": 120.0, "bf16": 108.0}
 DEFAULT_TOKENS_PER_ROW = 1620
 DEFAULT_OPD_STEP_S = 25.0
 DEFAULT_RL_STEP_S = 300.0
@@ -230,15 +233,30 @@ class Study:
         """Every part not yet in the state, in order; StudyPaused when stopped early. The figures:
         `training.hat.study_figures.study_result(study)`."""
         self.state.claim(self.config.fingerprint(), self.config.measured())
+        self.pin_precision()
         try:
             self.train()
             for arm in self.config.arms:
-                self.judge("validation", arm)
+                self.judge("validation", arm, TARGET_CONDITIONS)
             choice = self.choose()
             for arm in self.test_order(choice):
-                self.judge("test", arm)
+                self.judge("test", arm, TARGET_CONDITIONS)
+            # the targets are measured by now; the ablation's other edit kinds, test split first
+            for split in reversed(SPLITS):
+                for arm in self.test_order(choice):
+                    self.judge(split, arm)
         finally:
             self.state.commit("harness-reading study: state at the end of a session", force=True)
+
+    def pin_precision(self) -> None:
+        """Train every stage in one precision: "auto" resolves on the first session's host and stays pinned, so a
+        stage resumed, or the next arm trained, on a host with other CPU instructions trains as the first did."""
+        if self.experiment.precision != "auto":
+            return
+        from training.base_models import resolve_bf16
+
+        resolved = "bf16" if resolve_bf16("auto", use_cpu=self.experiment.device == "cpu") else "fp32"
+        self.experiment = replace(self.experiment, precision=self.state.pinned_precision(resolved))
 
     def check_stop(self) -> None:
         if self.stopper():
@@ -354,12 +372,14 @@ class Study:
             return kept
         return None
 
-    def judge(self, split: str, arm: str) -> None:
-        """Every condition and decoding of one arm on one split, and its IFEval, each kept as it finishes."""
+    def judge(self, split: str, arm: str, conditions: Sequence[str] = ()) -> None:
+        """The `conditions` (default: every judged one) of one arm on one split under both decodings, and its
+        IFEval, each kept as it finishes."""
         from training.hat.evaluate import Capped, ifeval_scores
 
         model = self.model_id(arm)
-        todo = [(decoding, condition) for decoding in DECODINGS for condition in self.config.judged_conditions
+        todo = [(decoding, condition) for decoding in DECODINGS
+                for condition in (conditions or self.config.judged_conditions)
                 if kept_record(self.state.judged_path(split, arm, decoding, condition), model=model,
                                decoding=decoding, items=self.items(split, condition, decoding)) is None]
         ifeval_todo = self._ifeval_kept(split, arm, model) is None
@@ -419,6 +439,9 @@ class Study:
         """The recipe choice on the validation split (kept in choice.json; made again only if the validation
         records it was made on changed)."""
         turns, verdicts = turns_and_verdicts(*self.records("validation"))
+        # the rule reads the targets' conditions only: judging the ablation's others later changes no choice
+        turns = {arm: {decoding: {c: t for c, t in conditions.items() if c in TARGET_CONDITIONS}
+                       for decoding, conditions in decodings.items()} for arm, decodings in turns.items()}
         digest = hashlib.sha256(json.dumps([turns, verdicts], sort_keys=True).encode()).hexdigest()
         kept = read_json(self.state.choice_path)
         if kept and kept.get("validation_digest") == digest:
@@ -493,8 +516,9 @@ def study_status(config: StudyConfig) -> dict[str, Any]:
         record = state.stage_record(arm)
         kept = state.kept_checkpoint(arm)
         parts.append({"part": f"train {arm}", "done": record is not None,
-                      "note": f"kept {kept.name}" if kept and record is None else "",
-                      "estimate_s": 0.0 if record else _training_estimate(arm, config, plan, rates)})
+                      "note": f"kept {kept.name}" if kept and record is None else "", "for_targets": True,
+                      "estimate_s": 0.0 if record else _training_estimate(arm, config, plan, rates)
+                      * (1 - _kept_share(kept, plan.get("steps", {}).get(arm)))})
     cases = {"validation": config.validation_cases, "test": config.test_cases}
     prompts = {split: _ifeval_count(config, split) for split in SPLITS}
     for split in SPLITS:
@@ -507,21 +531,30 @@ def study_status(config: StudyConfig) -> dict[str, Any]:
                     kept = read_json(state.judged_path(split, arm, decoding, condition))
                     done = bool(kept and model and kept.get("model") == model and kept.get("decoding") == decoding)
                     parts.append({"part": f"judge {arm} {split} {decoding} {condition}", "done": done, "note": "",
+                                  "for_targets": condition in TARGET_CONDITIONS,
                                   "estimate_s": 0.0 if done else cases[split] * per_turn})
             kept = read_json(state.ifeval_path(split, arm))
             done = bool(kept and model and kept.get("model") == model)
-            parts.append({"part": f"ifeval {arm} {split}", "done": done, "note": "",
+            parts.append({"part": f"ifeval {arm} {split}", "done": done, "note": "", "for_targets": True,
                           "estimate_s": 0.0 if done else prompts[split] * rates["ifeval_s"]})
         if split == "validation":
             choice = read_json(state.choice_path)
             parts.append({"part": "choose on validation", "done": choice is not None, "estimate_s": 0.0,
+                          "for_targets": True,
                           "note": f"{choice['arm']} / {choice['decoding']}" if choice else ""})
     left = [p for p in parts if not p["done"]]
     return {"state_dir": str(state.root), "claimed": stored is not None,
             "same_config": stored is None or stored["fingerprint"] == config.fingerprint(),
             "parts": parts, "done": len(parts) - len(left), "left": len(left),
-            "estimate_left_s": round(sum(p["estimate_s"] for p in left)), "rates": rates,
+            "estimate_left_s": round(sum(p["estimate_s"] for p in left)),
+            "targets_left_s": round(sum(p["estimate_s"] for p in left if p["for_targets"])), "rates": rates,
             "state_mb": round(state.size_bytes() / 1e6, 1)}
+
+
+def _kept_share(kept: Path | None, steps: int | None) -> float:
+    """The share of a stage's optimizer steps its kept checkpoint already holds."""
+    done = kept.name.rsplit("-", 1)[-1] if kept else ""
+    return min(int(done) / steps, 1.0) if done.isdigit() and steps else 0.0
 
 
 def _ifeval_count(config: StudyConfig, split: str) -> int:
@@ -555,7 +588,7 @@ def _measured_rates(state: StudyState, config: StudyConfig) -> dict[str, Any]:
             turn[kind][1] += len(record.get("turns", ()))
     sft_rates = [r["metrics"]["tokens_per_s"] for arm in ("fixed_sft", "hsa_sft")
                  if (r := state.stage_record(arm)) and r.get("metrics", {}).get("tokens_per_s")]
-    precision = config.experiment.precision
+    precision = (read_json(state.root / "precision.json") or {}).get("precision", config.experiment.precision)
     bf16 = precision == "bf16" or (precision == "auto" and cpu_has_bf16())
     return {"turn_s": {kind: round(total / n, 2) if n else DEFAULT_TURN_S[kind] for kind, (total, n) in turn.items()},
             "ifeval_s": round(ifeval[0] / ifeval[1], 2) if ifeval[1] else DEFAULT_IFEVAL_S,
@@ -582,7 +615,8 @@ def format_status(status: dict[str, Any]) -> str:
     lines = [f"state: {status['state_dir']} ({status['state_mb']} MB)"
              + ("" if status["same_config"] else " — HOLDS ANOTHER STUDY'S STATE (its config differs)"),
              f"done {status['done']} parts, {status['left']} left, about {hours(status['estimate_left_s'])} of work "
-             f"left (rates: {status['rates']})"]
+             f"left, {hours(status['targets_left_s'])} of it for the targets' parts (rates: "
+             f"{status['rates']})"]
     for part in status["parts"]:
         mark = "done" if part["done"] else f"todo ~{hours(part['estimate_s'])}"
         lines.append(f"  [{mark:>12}] {part['part']}" + (f" ({part['note']})" if part["note"] else ""))

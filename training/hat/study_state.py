@@ -2,6 +2,8 @@
 where `var/` is gone, to go on where it stopped (`training.hat.study`).
 
     study.json                                   the study's config and fingerprint (another study is refused)
+    precision.json                               the training precision "auto" resolved to on the first host, which
+                                                 every later stage keeps (arms compared at equal tokens train alike)
     plan.json                                    the training split: rows, tokens, steps, HSA names seen
     stages/<arm>/adapter/                        a finished stage's LoRA adapter: fp16 safetensors + adapter_config
     stages/<arm>/result.json                     its StageResult (paths relative to its pipeline folder), wall time
@@ -90,6 +92,15 @@ class StudyState:
                                       f"{self.root / 'study.json'}); use another --state-dir")
             return
         write_json(self.root / "study.json", {"fingerprint": fingerprint, "config": config})
+
+    def pinned_precision(self, resolved: str) -> str:
+        """The training precision every stage of this study uses: `resolved` (what "auto" gives on this host) the
+        first time, then whatever was pinned then, whichever host a later session runs on."""
+        stored = read_json(self.root / "precision.json")
+        if stored is not None:
+            return stored["precision"]
+        write_json(self.root / "precision.json", {"precision": resolved, "host": host()})
+        return resolved
 
     @property
     def plan(self) -> dict[str, Any] | None:
