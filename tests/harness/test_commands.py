@@ -58,3 +58,21 @@ def test_seed_demo_is_idempotent(settings, tmp_path, monkeypatch):
 
     room = Room.objects.get(room_id="demo-room")
     assert len(room.context["products"]) >= 20 and room.context["faq"]
+
+
+@pytest.mark.parametrize("shipped, constrained", [(None, True), ({"decoding": "constrained"}, True),
+                                                  ({"decoding": "free"}, False)])
+def test_the_compact_demo_harness_decodes_as_the_embedded_default_was_chosen_to(settings, tmp_path, monkeypatch,
+                                                                                 shipped, constrained):
+    from console.management.commands import seed_demo
+
+    settings.VAR_DIR = tmp_path
+    monkeypatch.setenv("HARNESSOPS_ADMIN_PASSWORD", "demo-password-123")
+    monkeypatch.setattr(seed_demo, "local_default_manifest", lambda: shipped)
+    call_command("seed_demo")
+    compact = Harness.objects.get(workspace__slug="demo", name="avatar-compact")
+    spec = parse_files(compact.head.files)
+    assert spec.settings.constrained_decoding is constrained
+    # only the decoding differs from the committed compact harness
+    committed = parse_files(read_dir(seed_demo.DEMO_DIR / "compact"))
+    assert spec.skills == committed.skills and spec.tools == committed.tools and spec.hooks == committed.hooks

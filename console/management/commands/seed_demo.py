@@ -1,5 +1,6 @@
 """Seed the demo workspace, admin user, demo harness and demo room. Safe to re-run."""
 
+import dataclasses
 import json
 import os
 import secrets
@@ -12,13 +13,26 @@ from django.db import transaction
 
 from harness import services
 from harness.models import Harness, Label
-from harness.spec import read_dir
+from harness.spec import parse_files, read_dir, to_files
+from serving.model_sources import local_default_manifest
 from serving.services import room_upsert
 from workspaces.access import Actor
 from workspaces.models import Membership, Role, Workspace
 from workspaces.services import workspace_create
 
 DEMO_DIR = Path(settings.BASE_DIR) / "harness" / "demo"
+
+
+def compact_files() -> dict[str, str]:
+    """The compact demo harness, with the decoding the embedded default was chosen to be served with (its
+    manifest's `decoding`, chosen on a validation split): constrained unless that says free."""
+    files = read_dir(DEMO_DIR / "compact")
+    shipped = local_default_manifest() or {}
+    if shipped.get("decoding") == "free":
+        spec = parse_files(files)
+        files = to_files(dataclasses.replace(spec, settings=dataclasses.replace(spec.settings,
+                                                                                constrained_decoding=False)))
+    return files
 
 
 class Command(BaseCommand):
@@ -42,7 +56,7 @@ class Command(BaseCommand):
                 # The compact avatar the embedded default model was trained on (docs/hat-reproduction.md):
                 # pick it in the playground to see that model answer.
                 compact = services.harness_create(actor=actor, workspace=workspace, name="avatar-compact",
-                                                  files=read_dir(DEMO_DIR / "compact"),
+                                                  files=compact_files(),
                                                   message="Compact demo avatar (the embedded model's training harness)")
                 services.label_move(actor=actor, harness=compact, name="production", version=compact.head,
                                     reason="Initial demo release")
