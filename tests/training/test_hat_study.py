@@ -138,7 +138,11 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert hsa["resumed_from_kept_checkpoint"] is True
     opd = json.loads((state_dir / "stages" / "hsa_sft_opd" / "result.json").read_text())
     assert opd["parent_path"] == hsa["path"] == "stages/00-sft/model"  # OPD continued from the merged SFT model
-    assert all(p["done"] for p in study_status(config)["parts"])
+    finished = study_status(config)["parts"]
+    assert all(p["done"] for p in finished)
+    # what each judged part measured, so a session's note can quote it before the study is done
+    assert all(re.fullmatch(r"\d+(\.\d+)? % right of 2", p["note"]) for p in finished if p["part"].startswith("judge"))
+    assert all(re.fullmatch(r"\d+\.\d % strict of 2", p["note"]) for p in finished if p["part"].startswith("ifeval"))
 
     # The result: both splits, every arm under both decodings; targets from the test split of the chosen arm.
     assert set(result["splits"]) == {"validation", "test"}

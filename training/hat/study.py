@@ -530,12 +530,16 @@ def study_status(config: StudyConfig) -> dict[str, Any]:
                 for condition in config.judged_conditions:
                     kept = read_json(state.judged_path(split, arm, decoding, condition))
                     done = bool(kept and model and kept.get("model") == model and kept.get("decoding") == decoding)
-                    parts.append({"part": f"judge {arm} {split} {decoding} {condition}", "done": done, "note": "",
+                    note = f"{accuracy_points(kept['turns'])} % right of {len(kept['turns'])}" if done else ""
+                    parts.append({"part": f"judge {arm} {split} {decoding} {condition}", "done": done, "note": note,
                                   "for_targets": condition in TARGET_CONDITIONS,
                                   "estimate_s": 0.0 if done else cases[split] * per_turn})
             kept = read_json(state.ifeval_path(split, arm))
             done = bool(kept and model and kept.get("model") == model)
-            parts.append({"part": f"ifeval {arm} {split}", "done": done, "note": "", "for_targets": True,
+            verdicts = kept["verdicts"] if done else ()
+            note = f"{100 * sum(v['strict'] for v in verdicts) / len(verdicts):.1f} % strict of {len(verdicts)}" \
+                if verdicts else ""
+            parts.append({"part": f"ifeval {arm} {split}", "done": done, "note": note, "for_targets": True,
                           "estimate_s": 0.0 if done else prompts[split] * rates["ifeval_s"]})
         if split == "validation":
             choice = read_json(state.choice_path)
