@@ -70,10 +70,12 @@ SHIPPABLE = ("hsa_sft", "hsa_sft_opd", "hat")
 PREFERENCE = tuple((arm, decoding) for decoding in DECODINGS for arm in SHIPPABLE)
 # Needed for the targets and the choice; the other conditions are judged after them.
 TARGET_CONDITIONS = ("original", "names", "all")
-# Seconds, for --status before anything was measured (2-core CPU, the 2026-12-01 run: the base falls back after
-# every retry, a trained arm answers; SmolLM2 SFT with the compact LM head ~120 tokens/s in fp32 on the
-# 2026-12-07 AMD EPYC host, ~108 with bf16 before the compact head).
-DEFAULT_TURN_S = {"base": 12.0, "trained": 5.0}
+# Seconds, for --status before anything was measured, on a 2-core CPU. A judged turn: the base 3.9 s with nothing
+# else running (benchmarks/judging_throughput.py, 2026-12-07, Xeon), a trained arm 5 s from the 2026-12-01 run,
+# which judged beside training (there the base took 12 s: llama.cpp's two threads slow down many times over when
+# another process takes a core). SmolLM2 SFT with the compact LM head ~120 tokens/s in fp32 on the 2026-12-07
+# AMD EPYC host, ~108 with bf16 before the compact head.
+DEFAULT_TURN_S = {"base": 3.9, "trained": 5.0}
 DEFAULT_IFEVAL_S = 3.0
 DEFAULT_SFT_TOKENS_PER_S = {"fp32": 120.0, "bf16": 108.0}
 DEFAULT_TOKENS_PER_ROW = 1620
