@@ -136,6 +136,11 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert StudyState(state_dir).kept_checkpoint("hsa_sft") is None  # dropped once the stage finished
     hsa = json.loads((state_dir / "stages" / "hsa_sft" / "result.json").read_text())
     assert hsa["resumed_from_kept_checkpoint"] is True
+    # each session's share of the stage: its steps, wall time and host (the trainer's token count restarts)
+    first_share, second_share = hsa["segments"]
+    assert first_share["steps"][1] == int(resumed.group(1)) and second_share["steps"] == [int(resumed.group(1)) + 1, 4]
+    assert all(share["wall_s"] > 0 and share["host"]["cores"] and share["num_tokens"] for share in hsa["segments"])
+    assert hsa["wall_s"] == pytest.approx(first_share["wall_s"] + second_share["wall_s"], abs=0.2)
     opd = json.loads((state_dir / "stages" / "hsa_sft_opd" / "result.json").read_text())
     assert opd["parent_path"] == hsa["path"] == "stages/00-sft/model"  # OPD continued from the merged SFT model
     finished = study_status(config)["parts"]
@@ -225,6 +230,8 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert written["targets"] == altered["targets"] and written["study"]
     page = (docs / "default-model.md").read_text()
     assert "| original-harness accuracy | 100.0 % | ≥ 70.0 % | 2 | **met** |" in page
+    assert "hsa_sft" in page and re.search(r"hsa_sft \d+ s over 2 sessions \(steps 1–\d steps?", page) is None
+    assert re.search(r"hsa_sft \d+ s over 2 sessions \(steps 1–\d \d+ s on .+, steps \d–4 \d+ s on ", page)
     reproduction = (docs / "hat-reproduction.md").read_text()
     assert "## The earlier run" in reproduction and "| Fixed-Harness SFT | 100 |" in reproduction
     assert (docs / "hat-reproduction-earlier.md").is_file() and (docs / "default-model-earlier.json").is_file()
@@ -304,3 +311,30 @@ def test_the_targets_parts_are_judged_before_the_rest_of_the_ablation(tmp_path, 
     # the status counts the targets' parts apart from the rest
     status = study_status(config)
     assert 0 < status["targets_left_s"] < status["estimate_left_s"]
+
+
+def test_a_stage_trained_over_sessions_is_reported_per_session_and_never_as_one_sessions_share():
+    from training.hat.report import _training_words
+    from training.hat.study_figures import training_figures
+
+    xeon = {"cpu": "Xeon", "cores": 2}
+    record = {"wall_s": 300.0, "host": xeon, "resumed_from_kept_checkpoint": True,
+              "resolved_config": {"bf16": False},
+              "metrics": {"num_tokens": 100.0, "tokens_per_s": 1.0, "first_loss": 0.5, "loss": 0.2},
+              "segments": [{"steps": [1, 10], "wall_s": 200.0, "host": {"cpu": "EPYC", "cores": 2},
+                            "first_loss": 1.0, "num_tokens": 400.0},
+                           {"steps": [11, 14], "wall_s": 100.0, "host": xeon, "first_loss": 0.5, "num_tokens": 100.0}]}
+    figures = training_figures(record)
+    assert (figures["num_tokens"], figures["tokens_per_s"], figures["first_loss"]) == (500.0, round(500 / 300, 1), 1.0)
+    assert _training_words("fixed_sft", figures) == (
+        "fixed_sft 300 s over 2 sessions (steps 1–10 200 s on EPYC (2 cores), steps 11–14 100 s on Xeon (2 cores)), "
+        "500 tokens at 1.7/s, loss 1.000 → 0.200, fp32, resumed from a kept checkpoint")
+    # a session that did not record its tokens or losses: the whole stage's are unknown, not this session's
+    record["segments"][0].update(num_tokens=None, first_loss=None, steps=None)
+    figures = training_figures(record)
+    assert figures["num_tokens"] is None and figures["tokens_per_s"] is None and figures["first_loss"] is None
+    words = _training_words("fixed_sft", figures)
+    assert "the earlier steps 200 s on EPYC" in words and "last loss 0.200" in words and "tokens at" not in words
+    # one session, not resumed: its own figures are the stage's
+    single = training_figures({**record, "resumed_from_kept_checkpoint": False, "segments": record["segments"][1:]})
+    assert (single["num_tokens"], single["first_loss"]) == (100.0, 0.5)

@@ -336,13 +336,7 @@ def render_study_default_markdown(result: dict[str, Any], notes: str = "") -> st
         _eval_line(config),
         f"- Shipped as: the base with the adapters of {', '.join(shipped['adapters'])} merged in that order "
         "(`training/default_model/manifest.json` lists them).",
-        "- Training per stage: " + "; ".join(
-            f"{a} {t.get('wall_s') or 0:.0f} s on {(t.get('host') or {}).get('cpu', '?')} "
-            f"({(t.get('host') or {}).get('cores', '?')} cores)"
-            + (f", {t['num_tokens']:.0f} tokens at {t['tokens_per_s']:.1f}/s, loss {t['first_loss']:.3f} → "
-               f"{t['loss']:.3f}" if t.get("tokens_per_s") and t.get("first_loss") is not None else "")
-            + (", resumed from a kept checkpoint" if t.get("resumed_from_kept_checkpoint") else "")
-            for a, t in result["training"].items()) + ".",
+        "- Training per stage: " + "; ".join(_training_words(a, t) for a, t in result["training"].items()) + ".",
         _study_lineage_line(result["lineage"]),
         f"- Work recorded over every session: {result['wall_s'] / 3600:.1f} h "
         f"({', '.join(f'{k} {v:.0f} s' for k, v in result['timings_s'].items())}); hosts: "
@@ -354,6 +348,32 @@ def render_study_default_markdown(result: dict[str, Any], notes: str = "") -> st
     if notes:
         lines += [notes.rstrip(), ""]
     return "\n".join(lines)
+
+
+def _host_words(host: dict[str, Any] | None) -> str:
+    host = host or {}
+    return f"{host.get('cpu', '?')} ({host.get('cores', '?')} cores)"
+
+
+def _training_words(arm: str, t: dict[str, Any]) -> str:
+    """One stage's training: wall time and host, or each session's share when it ran over several; tokens, rate
+    and losses where they are known for the whole stage."""
+    segments = t.get("segments") or []
+    if len(segments) > 1:
+        shares = ", ".join(
+            (f"steps {s['steps'][0]}–{s['steps'][1]}" if s.get("steps") else "the earlier steps")
+            + f" {s.get('wall_s') or 0:.0f} s on {_host_words(s.get('host'))}" for s in segments)
+        words = f"{arm} {t.get('wall_s') or 0:.0f} s over {len(segments)} sessions ({shares})"
+    else:
+        words = f"{arm} {t.get('wall_s') or 0:.0f} s on {_host_words(t.get('host'))}"
+    if t.get("tokens_per_s"):
+        words += f", {t['num_tokens']:.0f} tokens at {t['tokens_per_s']:.1f}/s"
+    if t.get("loss") is not None:
+        words += (f", loss {t['first_loss']:.3f} → {t['loss']:.3f}" if t.get("first_loss") is not None
+                  else f", last loss {t['loss']:.3f}")
+    precision = {True: "bf16", False: "fp32"}.get(t.get("bf16"))
+    return words + (f", {precision}" if precision else "") + (
+        ", resumed from a kept checkpoint" if t.get("resumed_from_kept_checkpoint") else "")
 
 
 def _study_lineage_line(lineage: dict[str, Any]) -> str:

@@ -55,7 +55,7 @@ from training.hat.experiment import (
     training_draws,
 )
 from training.hat.heldout import heldout_variant
-from training.hat.study_state import StudyState, host, read_json, write_json
+from training.hat.study_state import StudyState, earlier_segments, host, read_json, write_json
 from training.hat.targets import accuracy_points, choose_recipe, compute_targets
 from training.results import Reporter
 
@@ -303,7 +303,8 @@ class Study:
             if self.config.keep_checkpoint and cancelled.checkpoint:
                 earlier = self.state.checkpoint_meta(arm).get("wall_s", 0.0)
                 kept = self.state.keep_checkpoint(arm, Path(cancelled.checkpoint),
-                                                  wall_s=earlier + time.monotonic() - keeper.started)
+                                                  wall_s=earlier + time.monotonic() - keeper.started,
+                                                  segment=keeper.segment())
                 size = sum(p.stat().st_size for p in kept.rglob("*") if p.is_file())
                 self.reporter.line(f"study: kept {kept} ({size / 1e6:.1f} MB) for the next session")
             raise StudyPaused(f"{arm} stopped after step {cancelled.step}: run the same command again "
@@ -469,9 +470,21 @@ class _StageKeeper:
     def __init__(self, study: Study, pipeline: str, artifacts: Path):
         self.study, self.pipeline, self.artifacts = study, pipeline, artifacts
         self.started = time.monotonic()
+        self.logged: list[tuple[int, dict[str, Any]]] = []  # this session's logged steps of the running stage
 
-    def log(self, *args: Any) -> None:
-        self.study.reporter.log(*args)
+    def log(self, stage: str, step: int, total: int, metrics: dict[str, Any]) -> None:
+        self.logged.append((step, metrics))
+        self.study.reporter.log(stage, step, total, metrics)
+
+    def segment(self) -> dict[str, Any]:
+        """What this session trained of the running stage: its steps, wall time, host, first and last loss and
+        the tokens the trainer counted (which start again from 0 when a stage resumes)."""
+        losses = [(step, m["loss"]) for step, m in self.logged if "loss" in m]
+        tokens = [m["num_tokens"] for _, m in self.logged if "num_tokens" in m]
+        return {"steps": [self.logged[0][0], self.logged[-1][0]] if self.logged else None,
+                "wall_s": round(time.monotonic() - self.started, 1), "host": host(),
+                "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
+                "num_tokens": tokens[-1] if tokens else None}
 
     def line(self, text: str) -> None:
         self.study.reporter.line(text)
@@ -482,18 +495,22 @@ class _StageKeeper:
             return
         state = self.study.state
         if state.stage_record(arm) is None:
-            earlier = state.checkpoint_meta(arm).get("wall_s", 0.0)
+            meta = state.checkpoint_meta(arm)
+            earlier = meta.get("wall_s", 0.0)
             wall = earlier + time.monotonic() - self.started
+            segments = [*earlier_segments(meta), self.segment()]
             state.save_stage(arm, result.to_dict(), adapter=Path(result.path).parent / "adapter",
                              artifacts_dir=self.artifacts,
                              extra={"wall_s": round(wall, 1), "host": host(),
-                                    "resumed_from_kept_checkpoint": bool(earlier)})
+                                    "resumed_from_kept_checkpoint": bool(earlier), "segments": segments})
             state.drop_checkpoint(arm)
             state.commit(f"harness-reading study: {arm} trained", force=True)
             self.study.reporter.line(f"study: {arm} trained in {wall:.0f} s, kept in {state.stage_dir(arm)}")
             self.study.reporter.checkpoint(result)
         self.study.stage_model(arm)
         self.started = time.monotonic()
+        self.logged = []
+
 
 
 def _plan(split: dict[str, Any], configs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -105,12 +105,7 @@ def study_result(study: Study) -> dict[str, Any]:
     stages = {arm: state.stage_record(arm) for arm in config.trained_arms}
     data = study.data["validation"]
     lineage = lineage_of(study, plan, stages)
-    training = {arm: {"wall_s": record.get("wall_s"), "host": record.get("host"),
-                      "bf16": record.get("resolved_config", {}).get("bf16"),
-                      "resumed_from_kept_checkpoint": record.get("resumed_from_kept_checkpoint", False),
-                      **{key: record.get("metrics", {}).get(key)
-                         for key in ("num_tokens", "tokens_per_s", "first_loss", "loss")}}
-                for arm, record in stages.items()}
+    training = {arm: training_figures(record) for arm, record in stages.items()}
     for arm, record in stages.items():
         walls[f"train {arm}"] = record.get("wall_s") or 0.0
         hosts.append(record.get("host") or {})
@@ -140,6 +135,26 @@ def study_result(study: Study) -> dict[str, Any]:
     }
     result["ships"], result["decision"] = ship_decision(result, arm=shipped_arm)
     return result
+
+
+def training_figures(record: dict[str, Any]) -> dict[str, Any]:
+    """One stage's training as the docs show it. A stage trained over several sessions lists them
+    (`segments`); its tokens, rate and first loss are the whole stage's only where every session recorded them
+    (the trainer's token count starts again at each resume)."""
+    metrics = record.get("metrics", {})
+    segments = record.get("segments") or []
+    figures = {"wall_s": record.get("wall_s"), "host": record.get("host"),
+               "bf16": record.get("resolved_config", {}).get("bf16"),
+               "resumed_from_kept_checkpoint": record.get("resumed_from_kept_checkpoint", False),
+               "segments": segments, "loss": metrics.get("loss"),
+               **{key: metrics.get(key) for key in ("num_tokens", "tokens_per_s", "first_loss")}}
+    if len(segments) > 1 or figures["resumed_from_kept_checkpoint"]:
+        tokens = [segment.get("num_tokens") for segment in segments]
+        whole = len(segments) > 1 and None not in tokens
+        figures["num_tokens"] = sum(tokens) if whole else None
+        figures["tokens_per_s"] = round(sum(tokens) / figures["wall_s"], 1) if whole and figures["wall_s"] else None
+        figures["first_loss"] = segments[0].get("first_loss") if segments else None
+    return figures
 
 
 def lineage_of(study: Study, plan: dict[str, Any], stages: dict[str, Any]) -> dict[str, Any]:

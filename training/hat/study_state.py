@@ -6,8 +6,8 @@ where `var/` is gone, to go on where it stopped (`training.hat.study`).
                                                  every later stage keeps (arms compared at equal tokens train alike)
     plan.json                                    the training split: rows, tokens, steps, HSA names seen
     stages/<arm>/adapter/                        a finished stage's LoRA adapter: fp16 safetensors + adapter_config
-    stages/<arm>/result.json                     its StageResult (paths relative to its pipeline folder), wall time
-                                                 and host
+    stages/<arm>/result.json                     its StageResult (paths relative to its pipeline folder), wall time,
+                                                 host and `segments` (each session's share when it was resumed)
     checkpoints/<arm>/checkpoint-<step>/         with --keep-checkpoint, the Trainer checkpoint of a stage cut part
                                                  way, what resuming reads (LoRA r16 on SmolLM2-135M, 4.9 M trained
                                                  parameters: ~59 MB, the fp32 adapter 19.5 MB and Adam's two moments
@@ -72,6 +72,17 @@ def _relative(path: str, folder: Path) -> str:
         return str(Path(path).resolve().relative_to(folder.resolve()))
     except ValueError:
         return path
+
+
+def earlier_segments(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sessions a kept checkpoint already holds (a checkpoint kept before segments were recorded: one segment
+    with its wall time and host, the rest unknown)."""
+    if "segments" in meta:
+        return list(meta["segments"])
+    if meta.get("wall_s"):
+        return [{"steps": None, "wall_s": meta["wall_s"], "host": meta.get("host"), "first_loss": None,
+                 "last_loss": None, "num_tokens": None}]
+    return []
 
 
 class StudyState:
@@ -148,15 +159,19 @@ class StudyState:
                        key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
         return found[-1] if found else None
 
-    def keep_checkpoint(self, arm: str, checkpoint: Path, *, wall_s: float) -> Path:
-        """Copy a Trainer checkpoint into the state (replacing an older one of the stage) with its wall time."""
+    def keep_checkpoint(self, arm: str, checkpoint: Path, *, wall_s: float, segment: dict[str, Any] | None = None
+                        ) -> Path:
+        """Copy a Trainer checkpoint into the state (replacing an older one of the stage) with its wall time and
+        the sessions that trained it (`segments`, this one's `segment` last)."""
+        segments = [*earlier_segments(self.checkpoint_meta(arm)), *([segment] if segment else [])]
         folder = self.root / "checkpoints" / arm
         if folder.exists():
             shutil.rmtree(folder)
         target = folder / checkpoint.name
         # the tokenizer files the trainer saves beside it (3.5 MB for SmolLM2) are not read when resuming
         shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns("tokenizer*", "*.jinja", "README.md"))
-        write_json(folder / "meta.json", {"checkpoint": checkpoint.name, "wall_s": round(wall_s, 1), "host": host()})
+        write_json(folder / "meta.json", {"checkpoint": checkpoint.name, "wall_s": round(wall_s, 1), "host": host(),
+                                          "segments": segments})
         return target
 
     def checkpoint_meta(self, arm: str) -> dict[str, Any]:
