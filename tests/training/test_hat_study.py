@@ -230,7 +230,6 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert written["targets"] == altered["targets"] and written["study"]
     page = (docs / "default-model.md").read_text()
     assert "| original-harness accuracy | 100.0 % | ≥ 70.0 % | 2 | **met** |" in page
-    assert "hsa_sft" in page and re.search(r"hsa_sft \d+ s over 2 sessions \(steps 1–\d steps?", page) is None
     assert re.search(r"hsa_sft \d+ s over 2 sessions \(steps 1–\d \d+ s on .+, steps \d–4 \d+ s on ", page)
     reproduction = (docs / "hat-reproduction.md").read_text()
     assert "## The earlier run" in reproduction and "| Fixed-Harness SFT | 100 |" in reproduction
