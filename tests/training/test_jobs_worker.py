@@ -16,6 +16,9 @@ from workspaces.access import Actor
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_services]
 SYSTEM = Actor.system("test")
+# Long enough that the worker is still mid-stage when the kill lands: the poll sees step 3 up to 0.2 s late,
+# and a fast host runs a tiny-model step in less than that (4 steps finished before the kill once, in CI).
+STEPS = 12
 
 
 def worker_env(tmp_path) -> dict:
@@ -38,7 +41,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_f
         page = client.get(reverse("training_job_detail", kwargs={"ws": workspace.slug, "job_id": job.pk}))
         return page.content.decode().split('id="worker-note">', 1)[1].split("</p>", 1)[0]
 
-    job = services.job_create(actor=SYSTEM, workspace=workspace, name="resume", config=tiny_config(sft(4, save_steps=2)),
+    job = services.job_create(actor=SYSTEM, workspace=workspace, name="resume", config=tiny_config(sft(STEPS, save_steps=2)),
                               harness_versions=[mini_harness(workspace).head], simulator={"seed": 1, "size": 4},
                               start=False)
     first = start_worker(queues="gpu", **worker_env(tmp_path))
@@ -53,7 +56,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_f
     job.refresh_from_db()
     assert job.status == "running" and job.attempts == 1
     last_before = TrainingMetric.objects.filter(job=job).latest("id")
-    assert last_before.step < 4
+    assert last_before.step < STEPS  # killed mid-stage
     # The job page tells a stopped worker (no heartbeat past the lease) from a working one.
     wait_for(lambda: "the worker stopped" in note(), 30, "the page to say the worker stopped")
     assert note().startswith("No heartbeat from its worker for ")
@@ -71,7 +74,7 @@ def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_f
     assert note() == "Resumed from its last checkpoint: its worker stopped 1 time (attempt 2)."
     resumed = list(TrainingMetric.objects.filter(job=job, id__gt=last_before.id).values_list("step", flat=True))
     # Resumed from a checkpoint (step 2 or later), not started over at step 1.
-    assert resumed and resumed[0] >= 3 and resumed[-1] == 4
+    assert resumed and resumed[0] >= 3 and resumed[-1] == STEPS
     checkpoint = job.checkpoints.get()
     assert checkpoint.stage == "sft" and (tmp_path / f"job-{job.pk}" / "stages" / "00-sft" / "model").is_dir()
 
