@@ -87,7 +87,8 @@ HARNESS_READING := benchmarks/hat_experiment.py --study --model smollm2 --valida
 	--grad-accumulation 2 --opd-steps 50 --max-new-tokens 64 --precision auto --eval-threads 2 \
 	--state-dir experiments/harness-reading --workdir var/harness-reading
 harness-reading: install
-	$(BIN)/python $(HARNESS_READING) --keep-checkpoint --commit-state --hours $(HOURS) --package-default
+	$(BIN)/python $(HARNESS_READING) --keep-checkpoint --commit-state --hours $(HOURS) --package-default \
+	    --notes docs/harness-reading-notes.md
 
 harness-reading-status: install
 	$(BIN)/python $(HARNESS_READING) --status
