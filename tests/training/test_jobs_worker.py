@@ -42,7 +42,8 @@ def test_killed_worker_resumes_from_the_last_checkpoint(workspace, purge_queue_f
         return page.content.decode().split('id="worker-note">', 1)[1].split("</p>", 1)[0]
 
     job = services.job_create(actor=SYSTEM, workspace=workspace, name="resume",
-                              config=tiny_config(sft(STEPS, save_steps=2)), harness_versions=[mini_harness(workspace).head], simulator={"seed": 1, "size": 4},
+                              config=tiny_config(sft(STEPS, save_steps=2)),
+                              harness_versions=[mini_harness(workspace).head], simulator={"seed": 1, "size": 4},
                               start=False)
     first = start_worker(queues="gpu", **worker_env(tmp_path))
     try:
