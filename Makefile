@@ -74,11 +74,12 @@ hat-experiment: install
 
 # The harness-reading study (issue 42; training/hat/study.py): base, Fixed-SFT, HSA-SFT (420 rows, one harness state
 # a case, 12 rooms, the field-naming oracle) and HSA-SFT + 50 OPD steps, each judged with constrained and free
-# decoding under the original harness and every held-out edit kind, on a 40-case validation split (where the shipped
-# arm and decoding are chosen) and a 100-case test split (the issue's targets, docs/default-model.md; the
-# reproduction, docs/hat-reproduction.md). Longer than a session: its state is experiments/harness-reading/,
-# committed after each stage and every ~15 min; it stops cleanly after HOURS (exit 3; a stage cut part way keeps its
-# checkpoint there) and the same command, in the next session on any machine, goes on. Estimated on a 2-core CPU:
+# decoding under the original harness, the renames and all four held-out edits on a 40-case validation split (where
+# the shipped arm and decoding are chosen) and a 100-case test split (the issue's targets, docs/default-model.md),
+# and under each other held-out edit kind on the test split (the reproduction's ablation, docs/hat-reproduction.md).
+# Longer than a session: its state is experiments/harness-reading/, committed after each stage and every ~15 min; it
+# stops cleanly after HOURS (exit 3; a stage cut part way keeps its checkpoint there) and the same command, in the
+# next session on any machine, goes on. Estimated on a 2-core CPU:
 # training ~4 h with bf16 (AMX) or ~7 h without, judging ~13 h (the base, which falls back after every retry, ~6 h
 # of it). `make harness-reading-status` prints what is done and what is left.
 HOURS ?= 2.5

@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--with-rl", action="store_true", help="also the HAT arm (HSA-RL after OPD; slow on a CPU)")
     study.add_argument("--conditions", default="",
                        help="comma-separated conditions judged (default all six; original, names, all at least)")
+    study.add_argument("--ablation-splits", default="test",
+                       help="comma-separated splits also judged under the other held-out edit kinds (the rest: "
+                            "original, names, all only)")
     study.add_argument("--state-dir", default="experiments/harness-reading",
                        help="the study's committed state (adapters, records, choice)")
     study.add_argument("--keep-checkpoint", action="store_true",
@@ -214,6 +217,7 @@ def harness_reading(config: ExperimentConfig, args: argparse.Namespace, argv: li
                                ifeval_validation=args.ifeval_validation, ifeval_test=args.ifeval_test,
                                with_rl=args.with_rl,
                                conditions=tuple(c for c in args.conditions.split(",") if c) or CONDITIONS,
+                               ablation_splits=tuple(s for s in args.ablation_splits.split(",") if s),
                                state_dir=args.state_dir, keep_checkpoint=args.keep_checkpoint, hours=args.hours,
                                commit_state=args.commit_state)
     if args.status:

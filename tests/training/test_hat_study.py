@@ -94,6 +94,8 @@ def test_a_state_folder_belongs_to_one_study(tmp_path):
         state.claim(other.fingerprint(), other.measured())
     with pytest.raises(ValueError, match="conditions"):
         Study(dataclasses.replace(config, conditions=("original", "all")), Recorder())
+    with pytest.raises(ValueError, match="ablation splits"):
+        Study(dataclasses.replace(config, ablation_splits=("train",)), Recorder())
 
 
 def _judged_files(state_dir: Path) -> dict[str, int]:
@@ -102,7 +104,8 @@ def _judged_files(state_dir: Path) -> dict[str, int]:
 
 @pytest.mark.timeout(1800)
 def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudging(tmp_path):
-    config = toy(tmp_path)
+    # one edit kind beyond the targets', judged on the test split only (the default ablation split)
+    config = dataclasses.replace(toy(tmp_path), conditions=("original", "names", "wording", "all"))
     state_dir, work = Path(config.state_dir), Path(config.experiment.workdir)
 
     # Session 1 is cut during HSA-SFT (4 optimizer steps): Fixed-SFT is kept, HSA-SFT's checkpoint too.
@@ -155,7 +158,8 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
         for arm in ("base", "fixed_sft", "hsa_sft", "hsa_sft_opd"):
             entry = result["splits"][split]["arms"][arm]
             assert set(entry["decodings"]) == {"constrained", "free"} and entry["ifeval"]["n"] == 2
-            assert set(entry["decodings"]["free"]["conditions"]) == {"original", "names", "all"}
+            assert set(entry["decodings"]["free"]["conditions"]) == {"original", "names", "all"} | (
+                {"wording"} if split == "test" else set())
     assert set(result["targets"]) == {t.key for t in TARGETS}
     assert all(set(v) == {"value", "target", "n"} for v in result["targets"].values())
     assert result["targets"]["original_accuracy"]["n"] == 2 and result["targets"]["ifeval_delta"]["n"] == 2
@@ -223,7 +227,7 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     args = ["--study", "--model", "tiny", "--validation-cases", "2", "--test-cases", "2", "--train-examples", "4",
             "--opd-steps", "1", "--ifeval-validation", "2", "--ifeval-test", "2", "--max-new-tokens", "8",
             "--ifeval-new-tokens", "8",
-            "--lr", "5e-3", "--grad-accumulation", "1", "--conditions", "original,names,all",
+            "--lr", "5e-3", "--grad-accumulation", "1", "--conditions", "original,names,wording,all",
             "--state-dir", str(state_dir), "--workdir", str(work), "--docs-dir", str(docs)]
     assert hat_experiment.main(args) == 1  # done, not shipped
     written = json.loads((docs / "default-model.json").read_text())
@@ -233,6 +237,7 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert re.search(r"hsa_sft \d+ s over 2 sessions \(steps 1–\d \d+ s on .+, steps \d–4 \d+ s on ", page)
     reproduction = (docs / "hat-reproduction.md").read_text()
     assert "## The earlier run" in reproduction and "| Fixed-Harness SFT | 100 |" in reproduction
+    assert "other held-out edit kinds are measured on the test split" in reproduction
     assert (docs / "hat-reproduction-earlier.md").is_file() and (docs / "default-model-earlier.json").is_file()
     assert "Paused" not in reproduction
 
@@ -305,11 +310,23 @@ def test_the_targets_parts_are_judged_before_the_rest_of_the_ablation(tmp_path, 
     assert calls[1:chosen] == [("validation", arm, targets) for arm in config.arms]
     test_order = ["hsa_sft_opd", "fixed_sft", "base", "hsa_sft"]
     assert calls[chosen + 1:chosen + 5] == [("test", arm, targets) for arm in test_order]
-    assert calls[chosen + 5:] == [(split, arm, "every condition") for split in ("test", "validation")
-                                  for arm in test_order]
-    # the status counts the targets' parts apart from the rest
+    # the other edit kinds on the test split only: nothing reads them on validation
+    assert calls[chosen + 5:] == [("test", arm, "every condition") for arm in test_order]
+    # the status counts the targets' parts apart from the rest, and lists no ablation part on validation
     status = study_status(config)
     assert 0 < status["targets_left_s"] < status["estimate_left_s"]
+    parts = [p["part"] for p in status["parts"]]
+    assert "judge base test free late_skill" in parts
+    assert not [p for p in parts if " validation " in p and p.rsplit(" ", 1)[-1] in ("late_skill", "limits",
+                                                                                      "wording")]
+    # asked for, the validation split gets the ablation too, after the test split's
+    both = dataclasses.replace(config, ablation_splits=("test", "validation"), state_dir=str(tmp_path / "both"))
+    assert both.fingerprint() != config.fingerprint()
+    calls.clear()
+    Study(both, Recorder()).run()
+    assert calls[calls.index("choose") + 5:] == [(split, arm, "every condition") for split in ("test", "validation")
+                                                 for arm in test_order]
+    assert "judge base validation free late_skill" in [p["part"] for p in study_status(both)["parts"]]
 
 
 def test_a_stage_trained_over_sessions_is_reported_per_session_and_never_as_one_sessions_share():

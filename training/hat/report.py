@@ -420,6 +420,9 @@ def render_study_reproduction_markdown(result: dict[str, Any], earlier: dict[str
         "",
         *_study_arm_rows(result["splits"]["validation"], arms),
         "",
+        *([] if "validation" in result["config"].get("ablation_splits", ["validation", "test"]) else
+          ["Judged under the original harness, the renames and all four edits only (what the choice reads); the "
+           "other held-out edit kinds are measured on the test split.", ""]),
         _tuning_line(result["config"]),
         _eval_line(result["config"]),
         _study_lineage_line(result["lineage"]),

@@ -15,13 +15,14 @@ across sessions that each start on a fresh machine.
   pipeline's `data.exclude`, so the pipelines' lineage guard proves neither was trained on.
 - **Arms.** base, fixed_sft, hsa_sft, hsa_sft_opd (and hat, HSA-RL after OPD, with `with_rl`), trained as in
   `training.hat.experiment` (Fixed-SFT at HSA-SFT's training tokens; OPD continues from the merged SFT model).
-- **Judging.** Every arm on both splits under decoding "constrained" and "free", on the original harness and
-  under each held-out edit kind and all four (`training.hat.ablation`'s conditions); IFEval once per arm and split.
+- **Judging.** Every arm on both splits under decoding "constrained" and "free", on the original harness, the
+  renamed one and all four held-out edits (the targets' conditions); on the `ablation_splits` (the test split)
+  also under each other held-out edit kind (`training.hat.ablation`'s conditions); IFEval once per arm and split.
 - **Order and choice.** Training, then the targets' conditions (original, names, all) and IFEval on the
   validation split for every arm, then the choice (`choice.json`: which arm ships and with which decoding,
   `choose_on_validation`, reading validation records only), then the targets' conditions on the test split, the
-  shipped arm and its comparators first; the ablation's other edit kinds come last (test, then validation), so
-  the targets are measured sessions before the whole ablation is. The test split never feeds a choice.
+  shipped arm and its comparators first; the ablation's other edit kinds come last, so the targets are
+  measured sessions before the whole ablation is. The test split never feeds a choice.
 - **Targets.** `training.hat.targets.compute_targets` on the test split of the shipped arm under its decoding
   (Fixed-SFT under the same decoding for the drop ratio, the base for IFEval).
 - **State.** Everything a later session needs is in `state_dir` (`training.hat.study_state`); `workdir`
@@ -92,6 +93,10 @@ class StudyConfig:
     ifeval_test: int = 0                # of the test set (0: all)
     with_rl: bool = False               # also the HAT arm (HSA-RL after OPD): hours on a CPU
     conditions: tuple[str, ...] = CONDITIONS  # judged per arm and decoding; must hold "original", "names", "all"
+    # The splits judged under the ablation's other edit kinds too (the rest: the targets' conditions only). The
+    # choice reads the targets' conditions alone, so the ablation on validation would only measure it again on
+    # fewer cases.
+    ablation_splits: tuple[str, ...] = ("test",)
     state_dir: str = "experiments/harness-reading"
     # How the run goes, not what it measures (outside the fingerprint):
     keep_checkpoint: bool = False       # a stage cut part way leaves its Trainer checkpoint in state_dir
@@ -106,7 +111,8 @@ class StudyConfig:
         """What the figures depend on: the study's identity (`fingerprint`)."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*self.OPERATIONAL, "experiment")}
         experiment = {k: v for k, v in asdict(self.experiment).items() if k not in self.UNUSED}
-        return {**own, "conditions": list(self.conditions), "experiment": experiment}
+        return {**own, "conditions": list(self.conditions), "ablation_splits": list(self.ablation_splits),
+                "experiment": experiment}
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.measured(), sort_keys=True).encode()).hexdigest()
@@ -123,6 +129,10 @@ class StudyConfig:
     def judged_conditions(self) -> tuple[str, ...]:
         """The targets' conditions first (a cut session has them soonest), then the others in ablation order."""
         return (*TARGET_CONDITIONS, *(c for c in CONDITIONS if c in self.conditions and c not in TARGET_CONDITIONS))
+
+    def split_conditions(self, split: str) -> tuple[str, ...]:
+        """What one split is judged under: every judged condition on an ablation split, else the targets'."""
+        return self.judged_conditions if split in self.ablation_splits else TARGET_CONDITIONS
 
     def ifeval_limit(self, split: str) -> int:
         return self.ifeval_validation if split == "validation" else self.ifeval_test
@@ -224,6 +234,9 @@ class Study:
         if missing or not set(config.conditions) <= set(CONDITIONS):
             raise ValueError(f"conditions must be among {', '.join(CONDITIONS)} and hold "
                              f"{', '.join(TARGET_CONDITIONS)}; got {', '.join(config.conditions)}")
+        if not set(config.ablation_splits) <= set(SPLITS):
+            raise ValueError(f"ablation splits must be among {', '.join(SPLITS)}; got "
+                             f"{', '.join(config.ablation_splits)}")
 
     @property
     def data(self) -> dict[str, Data]:
@@ -244,7 +257,7 @@ class Study:
             for arm in self.test_order(choice):
                 self.judge("test", arm, TARGET_CONDITIONS)
             # the targets are measured by now; the ablation's other edit kinds, test split first
-            for split in reversed(SPLITS):
+            for split in (s for s in reversed(SPLITS) if s in self.config.ablation_splits):
                 for arm in self.test_order(choice):
                     self.judge(split, arm)
         finally:
@@ -376,13 +389,14 @@ class Study:
         return None
 
     def judge(self, split: str, arm: str, conditions: Sequence[str] = ()) -> None:
-        """The `conditions` (default: every judged one) of one arm on one split under both decodings, and its
+        """The `conditions` (default: every one the split is judged under) of one arm on one split under both
+        decodings, and its
         IFEval, each kept as it finishes."""
         from training.hat.evaluate import Capped, ifeval_scores
 
         model = self.model_id(arm)
         todo = [(decoding, condition) for decoding in DECODINGS
-                for condition in (conditions or self.config.judged_conditions)
+                for condition in (conditions or self.config.split_conditions(split))
                 if kept_record(self.state.judged_path(split, arm, decoding, condition), model=model,
                                decoding=decoding, items=self.items(split, condition, decoding)) is None]
         ifeval_todo = self._ifeval_kept(split, arm, model) is None
@@ -430,7 +444,7 @@ class Study:
             model = self.model_id(arm) if all(self.state.stage_record(a) for a in CHAINS[arm]) else None
             judged[arm] = {decoding: {} for decoding in DECODINGS}
             for decoding in DECODINGS:
-                for condition in self.config.judged_conditions:
+                for condition in self.config.split_conditions(split):
                     kept = model and kept_record(self.state.judged_path(split, arm, decoding, condition), model=model,
                                                  decoding=decoding, items=self.items(split, condition, decoding))
                     if kept:
@@ -546,7 +560,7 @@ def study_status(config: StudyConfig) -> dict[str, Any]:
             model = state.model_id(arm, CHAINS[arm], experiment.base) if trained else None
             per_turn = rates["turn_s"]["trained" if CHAINS[arm] else "base"]
             for decoding in DECODINGS:
-                for condition in config.judged_conditions:
+                for condition in config.split_conditions(split):
                     kept = read_json(state.judged_path(split, arm, decoding, condition))
                     done = bool(kept and model and kept.get("model") == model and kept.get("decoding") == decoding)
                     note = f"{accuracy_points(kept['turns'])} % right of {len(kept['turns'])}" if done else ""

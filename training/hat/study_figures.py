@@ -70,7 +70,7 @@ def study_result(study: Study) -> dict[str, Any]:
             decodings = {}
             for decoding in DECODINGS:
                 records = judged[arm][decoding]
-                missing = [c for c in config.judged_conditions if c not in records]
+                missing = [c for c in config.split_conditions(split) if c not in records]
                 if missing or ifeval[arm] is None:
                     raise RuntimeError(f"{arm} is not fully judged on {split} ({decoding}: {', '.join(missing)}"
                                        f"{'; IFEval' if ifeval[arm] is None else ''})")
