@@ -420,7 +420,8 @@ def render_study_reproduction_markdown(result: dict[str, Any], earlier: dict[str
         "",
         *_study_arm_rows(result["splits"]["validation"], arms),
         "",
-        *([] if "validation" in result["config"].get("ablation_splits", ["validation", "test"]) else
+        *([] if "validation" in result["config"].get("ablation_splits", ["validation", "test"])
+          or set(result["config"].get("conditions", ())) <= {"original", "names", "all"} else
           ["Judged under the original harness, the renames and all four edits only (what the choice reads); the "
            "other held-out edit kinds are measured on the test split.", ""]),
         _tuning_line(result["config"]),
