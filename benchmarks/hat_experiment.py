@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="HSA-SFT's rows: pairs, each case under the original and one HSA variant (the "
                              "reproduction's); single, each case under one of the two, drawn per case (twice the "
                              "distinct cases for the same rows)")
+    parser.add_argument("--hsa", action="append", default=[], metavar="KNOB=VALUE",
+                        help="an HsaConfig knob for HSA-SFT's rows, VALUE as JSON (e.g. rename_skill_p=1, "
+                             "opaque_noise_names_p=0.5); repeat for more; harness/augmentation/config.py lists them")
     parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction.json"))
     parser.add_argument("--notes", help="a Markdown file appended to the page (the reading of the figures)")
     parser.add_argument("--render-only", action="store_true",
@@ -157,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                               grad_accumulation=args.grad_accumulation, eval_workers=args.eval_workers,
                               eval_limit=args.eval_limit, eval_threads=args.eval_threads,
                               parallel_training=args.parallel_training, oracle=args.oracle,
-                              train_rooms=args.train_rooms, hsa_states=args.hsa_states)
+                              train_rooms=args.train_rooms, hsa_states=args.hsa_states,
+                              hsa=hsa_knobs(parser, args.hsa))
     if args.study:
         return harness_reading(config, args, argv)
     if args.default_candidate:
@@ -176,6 +180,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.package_default:
         return package_default(result, Path(args.workdir))
     return 0
+
+
+def hsa_knobs(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, object]:
+    """`--hsa KNOB=VALUE` options as HsaConfig overrides; a bad one ends the run before anything starts."""
+    from harness.augmentation import HsaConfig
+
+    knobs: dict[str, object] = {}
+    for pair in pairs:
+        name, equals, raw = pair.partition("=")
+        if not equals or not name.strip():
+            parser.error(f"--hsa takes KNOB=VALUE, not {pair!r}")
+        try:
+            knobs[name.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            knobs[name.strip()] = raw
+    try:
+        HsaConfig(**knobs)
+    except (TypeError, ValueError) as error:
+        parser.error(f"--hsa: {error}")
+    return knobs
 
 
 def default_candidate(config: ExperimentConfig, args: argparse.Namespace, argv: list[str] | None) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from harness.augmentation.config import DIMENSIONS, HsaConfig
+from harness.augmentation.config import DIMENSIONS, MEANINGLESS_STYLES, HsaConfig
 from harness.augmentation.mapping import HsaMapping, HsaOperation
 from harness.augmentation.names import fresh_name, fresh_variant
 from harness.augmentation.noise import BANK
@@ -309,7 +309,11 @@ def _skill_identifiers(state: _State, config: HsaConfig, rng: random.Random) -> 
 def _add_noise(state: _State, config: HsaConfig, rng: random.Random) -> None:
     count = rng.randint(1, min(config.max_noise_skills, len(BANK)))
     for template in rng.sample(BANK, count):
-        name = fresh_variant(template.names, "skill", rng, state.taken)
+        # Drawn only when on, so a config without it augments exactly as before (seeded, replayable).
+        if config.opaque_noise_names_p and rng.random() < config.opaque_noise_names_p:
+            name = fresh_name(template.names[0], "skill", MEANINGLESS_STYLES, rng, state.taken)
+        else:
+            name = fresh_variant(template.names, "skill", rng, state.taken)
         description = rewrite_description(template.description, rng, config.paraphrase_rate) \
             if rng.random() < 0.5 else template.description
         state.noise.append(Skill(name=name, description=description, kind=template.kind, body=template.body()))

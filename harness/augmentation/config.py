@@ -46,6 +46,12 @@ class HsaConfig:
     # (1) skill identifiers -----------------------------------------------------------------------
     noise_skills_p: float = _knob(0.5, "P(add noise skills): plausible but irrelevant reply/strategy skills.")
     max_noise_skills: int = _knob(3, "At most this many noise skills (1..max drawn uniformly).")
+    opaque_noise_names_p: float = _knob(0.0, "P(meaningless name) per noise skill: named in one of the meaningless "
+                                             "styles, as renamed skills are, instead of a name of its own topic. "
+                                             "Otherwise an unfamiliar name only ever marks a real skill, and a "
+                                             "model learns to load a skill it has never seen (the late-skill "
+                                             "ablation, docs/harness-reading-notes.md). Off by default: the shipped "
+                                             "default and the harness-reading study were trained without it.")
     rename_skill_p: float = _knob(0.6, "P(rename) per skill; hooks, prompts, bodies and cases follow the mapping. "
                                        "The catalogue lists skills by name, so renames also reorder it.")
     rewrite_skill_description_p: float = _knob(0.6, "P(rewrite description) per skill: deterministic paraphrase "

@@ -18,6 +18,7 @@ from harness.augmentation import (
     augment,
     augmentation_diff,
 )
+from harness.augmentation.noise import BANK
 from harness.augmentation.text import mentions, paraphrase, rename_identifiers, split_sentences
 from harness.simulator.cases import CATEGORIES, Case, Expected, ExpectedCall
 from harness.spec import SpecInvalid, parse_files, read_dir, to_files, validate
@@ -39,7 +40,8 @@ configs = st.builds(
     seed=st.integers(0, 3),
     skill_identifiers=probabilities, skill_content=probabilities, tool_definitions=probabilities,
     system_prompt=probabilities, hooks=probabilities,
-    noise_skills_p=probabilities, max_noise_skills=st.integers(1, 6), rename_skill_p=probabilities,
+    noise_skills_p=probabilities, max_noise_skills=st.integers(1, 6), opaque_noise_names_p=probabilities,
+    rename_skill_p=probabilities,
     rewrite_skill_description_p=probabilities, mask_skill_description_p=probabilities,
     paraphrase_p=probabilities, paraphrase_rate=probabilities, mask_lines_p=probabilities,
     reorder_rules_p=probabilities, rename_tool_p=probabilities, rewrite_tool_description_p=probabilities,
@@ -198,6 +200,20 @@ def test_skill_identifiers_alone(seed):
     for skill in noise:  # irrelevant and self-contained: mentions no tool and no other skill
         assert skill.kind in ("reply", "strategy") and not skill.allowed_tools
         assert not any(mentions(skill.body + skill.description, name) for name in SKILLS | TOOLS)
+
+
+def test_noise_skills_take_meaningless_names_only_when_asked():
+    topical = {name for template in BANK for name in template.names}
+    off = HsaConfig.only("skill_identifiers", noise_skills_p=1.0, max_noise_skills=3)
+    on = dataclasses.replace(off, opaque_noise_names_p=1.0)
+    named_off, named_on = [], []
+    for seed in range(12):
+        named_off += augment(DEMO, off, seed).mapping.noise_skills
+        aug = augment(DEMO, on, seed)
+        named_on += aug.mapping.noise_skills
+        assert validate(aug.spec) == [] and len(set(aug.mapping.noise_skills)) == len(aug.mapping.noise_skills)
+    assert named_off and all(re.sub(r"-\d+$", "", name) in topical for name in named_off)
+    assert named_on and not set(named_on) & topical
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -3,6 +3,7 @@ held-out harness edits: one per case, built from names and settings HSA never pr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -252,3 +253,25 @@ def test_single_hsa_states_give_hsa_sft_a_case_a_row_at_the_same_tokens_as_fixed
     assert hat["trajectories"]["single_state"] is True
     with pytest.raises(ValueError, match="hsa_states"):
         build_data(ExperimentConfig(model="tiny", workdir=str(tmp_path), hsa_states="triples"))
+
+
+def test_hsa_knobs_reach_hsa_sfts_rows_and_not_fixed_sfts(tmp_path):
+    from training.base_models import load_tokenizer
+    from training.hat.experiment import split_training
+
+    plain = ExperimentConfig(model="tiny", cases=2, train_examples=6, workdir=str(tmp_path), hsa_states="single")
+    coded = dataclasses.replace(plain, hsa={"tool_definitions": 1.0, "rename_tool_p": 1.0,
+                                            "tool_rename_styles": ["code"]})
+    data = build_data(coded)
+    tokenizer = load_tokenizer(plain.base)
+    before, after = split_training(plain, data, tokenizer), split_training(coded, data, tokenizer)
+    original = {t.name for t in data.spec.tools} | {s.name for s in data.spec.skills}
+    # every HSA state now renames every tool to a bare code (kx41, kx-41, k7t), which the plain rows never drew
+    new_names = set(after["hsa_variant_names"]) - set(before["hsa_variant_names"])
+    assert new_names and all(re.fullmatch(r"[a-z]{1,3}[-_]?\d{1,3}|[a-z]\d{1,3}[a-z]", n) for n in new_names)
+    assert set(after["hsa_variant_names"]) - new_names <= set(before["hsa_variant_names"]) | original
+    configs = pipeline_configs(coded, data, after, tmp_path)
+    assert configs["hat"]["trajectories"]["hsa"] == coded.hsa and "hsa" not in configs["fixed"]["trajectories"]
+    assert "hsa" not in pipeline_configs(plain, data, before, tmp_path)["hat"]["trajectories"]
+    with pytest.raises(ValueError, match="hsa: .*probability"):
+        build_data(dataclasses.replace(plain, hsa={"rename_tool_p": 2}))

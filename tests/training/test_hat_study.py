@@ -87,6 +87,12 @@ def test_a_state_folder_belongs_to_one_study(tmp_path):
         config.fingerprint()
     other = dataclasses.replace(config, test_cases=3)
     assert other.fingerprint() != config.fingerprint()
+    # a knob added after a study began keeps the study's identity at its default, and is part of it when set
+    assert "hsa" not in config.measured()["experiment"]
+    knobbed = dataclasses.replace(config, experiment=dataclasses.replace(config.experiment,
+                                                                         hsa={"opaque_noise_names_p": 0.5}))
+    assert knobbed.measured()["experiment"]["hsa"] == {"opaque_noise_names_p": 0.5}
+    assert knobbed.fingerprint() != config.fingerprint()
     state = StudyState(Path(config.state_dir))
     state.claim(config.fingerprint(), config.measured())
     state.claim(config.fingerprint(), config.measured())

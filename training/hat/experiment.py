@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.metrics.ifeval.evaluate import mini_records, read_records
+from harness.augmentation import HsaConfig
 from harness.simulator import generate_cases
 from harness.simulator.cases import Case
 from harness.spec import HarnessSpec, parse_files, read_dir
@@ -89,6 +90,7 @@ class ExperimentConfig:
     oracle: str = "tools-first"         # one of ORACLES (training.teachers: the oracle's skill_first, name_fields)
     train_rooms: int = 1                # simulator rooms the training cases are set in (eval: one other room)
     hsa_states: str = "pairs"           # HSA-SFT rows: one of HSA_STATES
+    hsa: dict[str, Any] = field(default_factory=dict)  # HsaConfig knobs for HSA-SFT's rows (and HSA-RL's)
 
     @property
     def base(self) -> str:
@@ -168,6 +170,10 @@ def training_draws(config: ExperimentConfig, spec: HarnessSpec) -> tuple[list[Ca
     if config.train_rooms < 1:
         raise ValueError(f"train_rooms must be at least 1, not {config.train_rooms}")
     check_banks_disjoint(spec)
+    try:
+        HsaConfig(**config.hsa)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"hsa: {error}") from None
     # Enough pool for Fixed-SFT to match HSA-SFT's tokens with original-harness rows only.
     # One room lets a model learn its products' prices by heart instead of reading the tool result.
     if config.hsa_states not in HSA_STATES:
@@ -193,12 +199,13 @@ def teacher_config(config: ExperimentConfig) -> dict[str, Any]:
 
 
 def _token_counts(cases: Sequence[Case], spec: HarnessSpec, variants: int, tokenizer: Any, teacher: dict[str, Any],
-                  *, single_state: bool = False) -> tuple[list[int], list[Any]]:
+                  *, single_state: bool = False, hsa: dict[str, Any] | None = None) -> tuple[list[int], list[Any]]:
     """Tokens of each kept trajectory (case order), as the SFT stage will count them."""
     from training.datasets import tokenize_rows
     from training.trajectories import TrajectoryConfig, generate_trajectories
 
-    config = TrajectoryConfig(augmented_variants=variants, seed=0, teacher_config=teacher, single_state=single_state)
+    config = TrajectoryConfig(augmented_variants=variants, seed=0, teacher_config=teacher, single_state=single_state,
+                              hsa=dict(hsa or {}))
     trajectories, _ = generate_trajectories(cases, [spec], config)
     rows = [t.to_row() for t in trajectories]
     tokenized, _ = tokenize_rows(rows, tokenizer, max_length=8192, overlong="error")
@@ -210,7 +217,8 @@ def split_training(config: ExperimentConfig, data: Data, tokenizer: Any) -> dict
     single = config.single_state
     hsa_cases = data.train_pool[:config.train_examples if single else math.ceil(config.train_examples / 2)]
     teacher = teacher_config(config)
-    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer, teacher, single_state=single)
+    hsa_lengths, hsa_trajectories = _token_counts(hsa_cases, data.spec, 1, tokenizer, teacher, single_state=single,
+                                                  hsa=config.hsa)
     target = sum(hsa_lengths)
     fixed_lengths, fixed_trajectories = _token_counts(data.train_pool, data.spec, 0, tokenizer, teacher)
     used, total = 0, 0
@@ -276,7 +284,7 @@ def pipeline_configs(config: ExperimentConfig, data: Data, split: dict[str, Any]
                     "cases_jsonl": [_write_cases(workdir / "hsa-cases.jsonl", split["hsa_cases"])],
                     "exclude": data.exclude},
            "trajectories": {"augmented_variants": 1, "single_state": config.single_state,
-                            **_teacher_knob(config)},
+                            **_teacher_knob(config), **({"hsa": dict(config.hsa)} if config.hsa else {})},
            "stages": [_sft_stage(config, split["hsa_rows"]),
                       {"kind": "opd", "config": {"max_steps": config.opd_steps, "learning_rate": config.opd_learning_rate,
                                                  "max_completion_length": 64, "per_device_train_batch_size": 2,

@@ -106,11 +106,14 @@ class StudyConfig:
     OPERATIONAL = ("state_dir", "keep_checkpoint", "hours", "commit_state")
     # ExperimentConfig fields the study does not read, or that do not change a figure
     UNUSED = ("cases", "ifeval", "eval_limit", "workdir", "eval_workers", "eval_threads", "parallel_training")
+    # ExperimentConfig fields added after a study began, left out at these defaults so its identity holds
+    ADDED_LATER = {"hsa": {}}
 
     def measured(self) -> dict[str, Any]:
         """What the figures depend on: the study's identity (`fingerprint`)."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*self.OPERATIONAL, "experiment")}
-        experiment = {k: v for k, v in asdict(self.experiment).items() if k not in self.UNUSED}
+        experiment = {k: v for k, v in asdict(self.experiment).items()
+                      if k not in self.UNUSED and not (k in self.ADDED_LATER and v == self.ADDED_LATER[k])}
         return {**own, "conditions": list(self.conditions), "ablation_splits": list(self.ablation_splits),
                 "experiment": experiment}
 
