@@ -317,7 +317,8 @@ def test_the_targets_parts_are_judged_before_the_rest_of_the_ablation(tmp_path, 
     test_order = ["hsa_sft_opd", "fixed_sft", "base", "hsa_sft"]
     assert calls[chosen + 1:chosen + 5] == [("test", arm, targets) for arm in test_order]
     # the other edit kinds on the test split only: nothing reads them on validation
-    assert calls[chosen + 5:] == [("test", arm, "every condition") for arm in test_order]
+    ablation_order = ["hsa_sft_opd", "fixed_sft", "hsa_sft", "base"]  # the trained arms first
+    assert calls[chosen + 5:] == [("test", arm, "every condition") for arm in ablation_order]
     # the status counts the targets' parts apart from the rest, and lists no ablation part on validation
     status = study_status(config)
     assert 0 < status["targets_left_s"] < status["estimate_left_s"]
@@ -331,7 +332,7 @@ def test_the_targets_parts_are_judged_before_the_rest_of_the_ablation(tmp_path, 
     calls.clear()
     Study(both, Recorder()).run()
     assert calls[calls.index("choose") + 5:] == [(split, arm, "every condition") for split in ("test", "validation")
-                                                 for arm in test_order]
+                                                 for arm in ablation_order]
     assert "judge base validation free late_skill" in [p["part"] for p in study_status(both)["parts"]]
 
 

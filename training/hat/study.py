@@ -261,7 +261,7 @@ class Study:
                 self.judge("test", arm, TARGET_CONDITIONS)
             # the targets are measured by now; the ablation's other edit kinds, test split first
             for split in (s for s in reversed(SPLITS) if s in self.config.ablation_splits):
-                for arm in self.test_order(choice):
+                for arm in self.ablation_order(choice):
                     self.judge(split, arm)
         finally:
             self.state.commit("harness-reading study: state at the end of a session", force=True)
@@ -477,6 +477,11 @@ class Study:
         """The shipped arm, then what its targets compare it with, then the rest."""
         first = [choice["arm"], "fixed_sft", "base"]
         return [*first, *(arm for arm in self.config.arms if arm not in first)]
+
+    def ablation_order(self, choice: dict[str, Any]) -> list[str]:
+        """The trained arms in test order, then the base: the ablation asks how each training bears each edit, and
+        an untrained base that fails the protocol under its own harness has no accuracy left to lose."""
+        return [*(arm for arm in self.test_order(choice) if arm != "base"), "base"]
 
 
 class _StageKeeper:
