@@ -111,7 +111,7 @@ def _judged_files(state_dir: Path) -> dict[str, int]:
 @pytest.mark.timeout(1800)
 def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudging(tmp_path):
     # one edit kind beyond the targets', judged on the test split only (the default ablation split)
-    config = dataclasses.replace(toy(tmp_path), conditions=("original", "names", "wording", "all"))
+    config = dataclasses.replace(toy(tmp_path), conditions=("original", "names", "late_skill", "all"))
     state_dir, work = Path(config.state_dir), Path(config.experiment.workdir)
 
     # Session 1 is cut during HSA-SFT (4 optimizer steps): Fixed-SFT is kept, HSA-SFT's checkpoint too.
@@ -165,7 +165,7 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
             entry = result["splits"][split]["arms"][arm]
             assert set(entry["decodings"]) == {"constrained", "free"} and entry["ifeval"]["n"] == 2
             assert set(entry["decodings"]["free"]["conditions"]) == {"original", "names", "all"} | (
-                {"wording"} if split == "test" else set())
+                {"late_skill"} if split == "test" else set())
     assert set(result["targets"]) == {t.key for t in TARGETS}
     assert all(set(v) == {"value", "target", "n"} for v in result["targets"].values())
     assert result["targets"]["original_accuracy"]["n"] == 2 and result["targets"]["ifeval_delta"]["n"] == 2
@@ -233,7 +233,7 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     args = ["--study", "--model", "tiny", "--validation-cases", "2", "--test-cases", "2", "--train-examples", "4",
             "--opd-steps", "1", "--ifeval-validation", "2", "--ifeval-test", "2", "--max-new-tokens", "8",
             "--ifeval-new-tokens", "8",
-            "--lr", "5e-3", "--grad-accumulation", "1", "--conditions", "original,names,wording,all",
+            "--lr", "5e-3", "--grad-accumulation", "1", "--conditions", "original,names,late_skill,all",
             "--state-dir", str(state_dir), "--workdir", str(work), "--docs-dir", str(docs)]
     assert hat_experiment.main(args) == 1  # done, not shipped
     written = json.loads((docs / "default-model.json").read_text())
@@ -244,6 +244,8 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     reproduction = (docs / "hat-reproduction.md").read_text()
     assert "## The earlier run" in reproduction and "| Fixed-Harness SFT | 100 |" in reproduction
     assert "other held-out edit kinds are measured on the test split" in reproduction
+    assert "| arm | decoding | turns that loaded it | of them wrong | Δ late skill (paired) |" in reproduction
+    assert re.search(r"\| Fixed-Harness SFT \| constrained \| \d \| \d \| [+−-]", reproduction)
     assert (docs / "hat-reproduction-earlier.md").is_file() and (docs / "default-model-earlier.json").is_file()
     assert "Paused" not in reproduction
 

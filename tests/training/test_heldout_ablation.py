@@ -12,6 +12,7 @@ import pytest
 
 from training.hat.ablation import (
     CONDITIONS,
+    added_skill_loads,
     condition_items,
     judge_control,
     renamed_skill_loads,
@@ -110,7 +111,9 @@ def test_a_model_that_memorised_the_names_fails_only_where_the_names_change(data
     assert calls["no tool"] > 0 and sum(calls.values()) == calls["no tool"]
     loads = rows["names"]["renamed_skill_loads"]  # it asks for the skill by the name it knows
     assert loads["a training-harness name"] > 0 and sum(loads.values()) == loads["a training-harness name"]
+    assert rows["late_skill"]["added_skill_loads"] == {"turns": 0, "wrong": 0}  # it never asks for a new name
     page = render_markdown(result, command="python benchmarks/heldout_ablation.py", wall_s=1.0)
+    assert "Turns that loaded the late skill (no case needs it): 0, 0 of them judged wrong." in page
     assert "| every skill and tool renamed | 5 | 0.0 [0.0, 0.0] |" in page
     control = rows["names"]["judge_control"]
     assert control == rows["original"]["accuracy"]  # the oracle that reads the harness is not fooled
@@ -143,6 +146,18 @@ def test_missed_skill_loads_are_told_apart_by_what_was_asked_for(data):
     assert renamed_skill_loads(data, items, turns) == {"a training-harness name": 1,
                                                        "another name not in its harness": 1,
                                                        "only its harness's skills": 1, "no skill": 1}
+
+
+def test_loads_of_the_late_skill_are_counted_with_the_wrong_ones_among_them(data):
+    items = condition_items(data, "late_skill", 1301, 4)
+    trained = {skill.name for skill in data.spec.skills}
+    late = [next(s.name for s in spec.skills if s.name not in trained) for _, spec in items]
+    known = data.spec.skills[0].name
+    turns = [{"accuracy": 0, "skills_asked": [late[0]]},
+             {"accuracy": 1, "skills_asked": [known, late[1]]},
+             {"accuracy": 0, "skills_asked": [known, "unboxing-tips"]},  # a name its harness lacks: not the late one
+             {"accuracy": 0, "skills_asked": []}]
+    assert added_skill_loads(data, items, turns) == {"turns": 2, "wrong": 1}
 
 
 def test_judged_conditions_are_kept_and_read_back(data, tmp_path):

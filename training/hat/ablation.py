@@ -164,7 +164,24 @@ def summarise_conditions(data: Data, items: dict[str, list[tuple[Any, Any]]], re
         turns = records[condition]["turns"]
         conditions[condition]["renamed_tool_calls"] = renamed_tool_calls(data, items[condition], turns)
         conditions[condition]["renamed_skill_loads"] = renamed_skill_loads(data, items[condition], turns)
+    if "late_skill" in records:
+        conditions["late_skill"]["added_skill_loads"] = added_skill_loads(data, items["late_skill"],
+                                                                          records["late_skill"]["turns"])
     return conditions
+
+
+def added_skill_loads(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
+    """Under the late skill (a reply skill on an off-topic subject added after training, under an unfamiliar
+    name), the turns that loaded it and how many of those the judge failed: no case's answer needs it, so a
+    model that chooses skills by what they describe leaves it alone."""
+    trained = {module.name for module in data.spec.skills}
+    loaded = wrong = 0
+    for (_, spec), turn in zip(items, turns, strict=True):
+        added = {module.name for module in spec.skills} - trained
+        if added & set(turn.get("skills_asked", ())):
+            loaded += 1
+            wrong += not turn["accuracy"]
+    return {"turns": loaded, "wrong": wrong}
 
 
 def renamed_tool_calls(data: Data, items: list[tuple[Any, Any]], turns: list[dict[str, Any]]) -> dict[str, int]:
@@ -265,6 +282,10 @@ def condition_table(conditions: dict[str, dict[str, Any]]) -> list[str]:
                 lines += ["", f"Turns (right or wrong) that {missed} under “{CONDITION_TITLES[condition]}”, by what "
                           "the model asked for instead: "
                           + "; ".join(f"{what} {count}" for what, count in counts.items()) + "."]
+    added = conditions.get("late_skill", {}).get("added_skill_loads")
+    if added:
+        lines += ["", f"Turns that loaded the late skill (no case needs it): {added['turns']}, "
+                  f"{added['wrong']} of them judged wrong."]
     return lines
 
 

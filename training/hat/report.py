@@ -266,6 +266,24 @@ def _vs_fixed_lines(split: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _late_skill_lines(split: dict[str, Any], arms: list[str]) -> list[str]:
+    """Who loads the late skill: no case needs it, so each load is a choice made by something other than the
+    skill's description."""
+    rows = [(arm, decoding, figures["conditions"]["late_skill"]) for arm in arms
+            for decoding, figures in split["arms"][arm]["decodings"].items()
+            if "added_skill_loads" in figures["conditions"].get("late_skill", {})]
+    if not rows:
+        return []
+    lines = ["Under the late skill (an off-topic reply skill added under an unfamiliar name; no case needs it): "
+             "the turns that loaded it, and of those the turns the judge failed.", "",
+             "| arm | decoding | turns that loaded it | of them wrong | Δ late skill (paired) |", "|---|---|---:|---:|---|"]
+    for arm, decoding, late in rows:
+        loads = late["added_skill_loads"]
+        lines.append(f"| {ARM_TITLES[arm]} | {DECODING_TITLES[decoding]} | {loads['turns']} | {loads['wrong']} "
+                     f"| {_delta(late['vs_original'])} |")
+    return [*lines, ""]
+
+
 def _study_arms(result: dict[str, Any]) -> list[str]:
     return [arm for arm in ARM_TITLES if arm in result["splits"]["test"]["arms"]]
 
@@ -416,6 +434,7 @@ def render_study_reproduction_markdown(result: dict[str, Any], earlier: dict[str
         "",
         *_vs_fixed_lines(result["splits"]["test"]),
         "",
+        *_late_skill_lines(result["splits"]["test"], arms),
         f"## Validation split ({_split_words(result, 'validation')}; the choice was made here)",
         "",
         *_study_arm_rows(result["splits"]["validation"], arms),
