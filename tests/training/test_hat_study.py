@@ -302,6 +302,24 @@ def test_auto_precision_is_resolved_once_and_kept_for_every_later_stage(tmp_path
     assert study.experiment.precision == "fp32" and not (tmp_path / "explicit" / "precision.json").exists()
 
 
+def test_the_time_left_is_estimated_at_each_conditions_own_pace(tmp_path):
+    config = toy(tmp_path)
+    judged = Path(config.state_dir) / "judged" / "validation" / "fixed_sft" / "free"
+    judged.mkdir(parents=True)
+    for condition, seconds in (("original", 20.0), ("names", 100.0)):  # 2 and 10 s a turn
+        (judged / f"{condition}.json").write_text(json.dumps({"arm": "fixed_sft", "eval_s": seconds,
+                                                              "turns": [{"accuracy": 1}] * 10}))
+    status = study_status(config)
+    assert status["rates"]["turn_s"]["trained"] == 6.0
+    assert status["rates"]["condition_turn_s"] == {"base": {}, "trained": {"names": 10.0, "original": 2.0}}
+    estimate = {p["part"]: p["estimate_s"] for p in status["parts"]}
+    assert estimate["judge hsa_sft test free names"] == 2 * 10.0  # two test cases at the renames' pace
+    assert estimate["judge hsa_sft test free original"] == 2 * 2.0
+    assert estimate["judge hsa_sft test free all"] == 2 * 6.0  # not judged anywhere yet: the trained arms' mean
+    assert estimate["judge base test free names"] == 2 * 3.9  # no base record: the default
+    assert "s a judged trained turn, by condition: names 10.0, original 2.0" in format_status(status)
+
+
 def test_the_targets_parts_are_judged_before_the_rest_of_the_ablation(tmp_path, monkeypatch):
     config = dataclasses.replace(toy(tmp_path), conditions=("original", "names", "late_skill", "limits", "wording",
                                                             "all"))

@@ -566,9 +566,10 @@ def study_status(config: StudyConfig) -> dict[str, Any]:
         for arm in config.arms:
             trained = all(state.stage_record(a) for a in CHAINS[arm])
             model = state.model_id(arm, CHAINS[arm], experiment.base) if trained else None
-            per_turn = rates["turn_s"]["trained" if CHAINS[arm] else "base"]
+            kind = "trained" if CHAINS[arm] else "base"
             for decoding in DECODINGS:
                 for condition in config.split_conditions(split):
+                    per_turn = rates["condition_turn_s"][kind].get(condition, rates["turn_s"][kind])
                     kept = read_json(state.judged_path(split, arm, decoding, condition))
                     done = bool(kept and model and kept.get("model") == model and kept.get("decoding") == decoding)
                     note = f"{accuracy_points(kept['turns'])} % right of {len(kept['turns'])}" if done else ""
@@ -614,11 +615,13 @@ def _ifeval_count(config: StudyConfig, split: str) -> int:
 
 
 def _measured_rates(state: StudyState, config: StudyConfig) -> dict[str, Any]:
-    """Seconds per judged turn (base, trained) and per IFEval prompt, and SFT tokens/s, from the state's records
-    where there are any, else the defaults above."""
+    """Seconds per judged turn (base, trained; and per condition, since an edit that leaves a model retrying
+    names costs it several times the original harness's turn) and per IFEval prompt, and SFT tokens/s, from the
+    state's records where there are any, else the defaults above."""
     from training.base_models import cpu_has_bf16
 
     turn = {"base": [0.0, 0], "trained": [0.0, 0]}
+    by_condition: dict[str, dict[str, list[float]]] = {"base": {}, "trained": {}}
     ifeval = [0.0, 0]
     for path in (state.root / "judged").rglob("*.json") if (state.root / "judged").is_dir() else ():
         record = read_json(path)
@@ -629,13 +632,17 @@ def _measured_rates(state: StudyState, config: StudyConfig) -> dict[str, Any]:
             ifeval[1] += len(record.get("verdicts", ()))
         else:
             kind = "base" if record.get("arm") == "base" else "trained"
-            turn[kind][0] += record.get("eval_s", 0.0)
-            turn[kind][1] += len(record.get("turns", ()))
+            seconds, turns = record.get("eval_s", 0.0), len(record.get("turns", ()))
+            for totals in (turn[kind], by_condition[kind].setdefault(path.stem, [0.0, 0])):
+                totals[0] += seconds
+                totals[1] += turns
     sft_rates = [r["metrics"]["tokens_per_s"] for arm in ("fixed_sft", "hsa_sft")
                  if (r := state.stage_record(arm)) and r.get("metrics", {}).get("tokens_per_s")]
     precision = (read_json(state.root / "precision.json") or {}).get("precision", config.experiment.precision)
     bf16 = precision == "bf16" or (precision == "auto" and cpu_has_bf16())
     return {"turn_s": {kind: round(total / n, 2) if n else DEFAULT_TURN_S[kind] for kind, (total, n) in turn.items()},
+            "condition_turn_s": {kind: {condition: round(total / n, 2) for condition, (total, n) in sorted(rows.items())
+                                        if n} for kind, rows in by_condition.items()},
             "ifeval_s": round(ifeval[0] / ifeval[1], 2) if ifeval[1] else DEFAULT_IFEVAL_S,
             "sft_tokens_per_s": round(sum(sft_rates) / len(sft_rates), 1) if sft_rates else
             DEFAULT_SFT_TOKENS_PER_S["bf16" if bf16 else "fp32"]}
@@ -661,7 +668,11 @@ def format_status(status: dict[str, Any]) -> str:
              + ("" if status["same_config"] else " — HOLDS ANOTHER STUDY'S STATE (its config differs)"),
              f"done {status['done']} parts, {status['left']} left, about {hours(status['estimate_left_s'])} of work "
              f"left, {hours(status['targets_left_s'])} of it for the targets' parts (rates: "
-             f"{status['rates']})"]
+             f"{ {k: v for k, v in status['rates'].items() if k != 'condition_turn_s'} })"]
+    for kind, rates in status["rates"].get("condition_turn_s", {}).items():
+        if rates:
+            lines.append(f"  s a judged {kind} turn, by condition: "
+                         + ", ".join(f"{condition} {seconds}" for condition, seconds in rates.items()))
     for part in status["parts"]:
         mark = "done" if part["done"] else f"todo ~{hours(part['estimate_s'])}"
         lines.append(f"  [{mark:>12}] {part['part']}" + (f" ({part['note']})" if part["note"] else ""))
