@@ -275,9 +275,10 @@ def harness_reading(config: ExperimentConfig, args: argparse.Namespace, argv: li
 
 
 def write_study_docs(result: dict, docs: Path, notes: str = "") -> None:
-    """default-model.json/.md and hat-reproduction.md from the study's result. The first time, the pages of the
-    run before the study (issue 13's reproduction and default candidate) move to `<name>-earlier.{json,md}`, and
-    the new reproduction page shows that run's table, labelled."""
+    """default-model.json/.md and hat-reproduction.md from the study's result, `notes` (the reading of the figures)
+    at the end of both pages. The first time, the pages of the run before the study (issue 13's reproduction and
+    default candidate) move to `<name>-earlier.{json,md}`, and the new reproduction page shows that run's table,
+    labelled."""
     from training.hat.report import render_study_default_markdown, render_study_reproduction_markdown
 
     docs.mkdir(parents=True, exist_ok=True)
@@ -294,7 +295,7 @@ def write_study_docs(result: dict, docs: Path, notes: str = "") -> None:
                                              encoding="utf-8")
     (docs / "default-model.md").write_text(render_study_default_markdown(result, notes), encoding="utf-8")
     (docs / "hat-reproduction.md").write_text(
-        render_study_reproduction_markdown(result, earlier, "hat-reproduction-earlier.md" if earlier else ""),
+        render_study_reproduction_markdown(result, earlier, "hat-reproduction-earlier.md" if earlier else "", notes),
         encoding="utf-8")
 
 

@@ -228,13 +228,16 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
 
     docs = tmp_path / "docs"
     docs.mkdir()
+    notes = tmp_path / "notes.md"
+    notes.write_text("## Reading the figures\n\nWhat the turns say.\n")
     for name in ("hat-reproduction.json", "hat-reproduction.md", "default-model.json", "default-model.md"):
         shutil.copyfile(ROOT / "docs" / name, docs / name)
     args = ["--study", "--model", "tiny", "--validation-cases", "2", "--test-cases", "2", "--train-examples", "4",
             "--opd-steps", "1", "--ifeval-validation", "2", "--ifeval-test", "2", "--max-new-tokens", "8",
             "--ifeval-new-tokens", "8",
             "--lr", "5e-3", "--grad-accumulation", "1", "--conditions", "original,names,late_skill,all",
-            "--state-dir", str(state_dir), "--workdir", str(work), "--docs-dir", str(docs)]
+            "--state-dir", str(state_dir), "--workdir", str(work), "--docs-dir", str(docs),
+            "--notes", str(notes)]
     assert hat_experiment.main(args) == 1  # done, not shipped
     written = json.loads((docs / "default-model.json").read_text())
     assert written["targets"] == altered["targets"] and written["study"]
@@ -248,6 +251,7 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     assert re.search(r"\| Fixed-Harness SFT \| constrained \| \d \| \d \| [+−-]", reproduction)
     assert (docs / "hat-reproduction-earlier.md").is_file() and (docs / "default-model-earlier.json").is_file()
     assert "Paused" not in reproduction
+    assert reproduction.endswith("What the turns say.\n") and page.endswith("What the turns say.\n")
 
 
 
