@@ -5,7 +5,8 @@ original harness, under held-out harness edits (one per case) and on IFEval-form
     python benchmarks/hat_experiment.py --model tiny --cases 4 --train-examples 4 --steps 1 \
         --out-json /tmp/hat.json --out-md /tmp/hat.md          # toy scale, about a minute
 
-Writes docs/hat-reproduction.json and docs/hat-reproduction.md (unless --out-* say otherwise) and
+Writes docs/hat-reproduction-earlier.json and .md (unless --out-* say otherwise; the study below owns
+docs/hat-reproduction.md since it finished) and
 prints the table. Everything is seeded (--seed, --heldout-seed); nothing is downloaded. What each arm
 is and how the data are kept apart: training/hat/experiment.py.
 
@@ -101,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hsa", action="append", default=[], metavar="KNOB=VALUE",
                         help="an HsaConfig knob for HSA-SFT's rows, VALUE as JSON (e.g. rename_skill_p=1, "
                              "opaque_noise_names_p=0.5); repeat for more; harness/augmentation/config.py lists them")
-    parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction.json"))
+    parser.add_argument("--out-json", default=str(ROOT / "docs" / "hat-reproduction-earlier.json"))
     parser.add_argument("--notes", help="a Markdown file appended to the page (the reading of the figures)")
     parser.add_argument("--render-only", action="store_true",
                         help="re-render --out-md from --out-json (e.g. with new --notes), without running")
-    parser.add_argument("--out-md", default=str(ROOT / "docs" / "hat-reproduction.md"))
+    parser.add_argument("--out-md", default=str(ROOT / "docs" / "hat-reproduction-earlier.md"))
     parser.add_argument("--judge-arm", choices=("base", "fixed_sft", "hsa_sft", "hsa_sft_opd", "hat"),
                         help="only judge this arm into the workdir's eval cache (another process can share "
                              "the judging of a run; the run, resumed, reads it)")
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                              "right more often than wrong")
     parser.add_argument("--default-candidate", action="store_true",
                         help="train and judge HSA-SFT alone (the embedded default's candidate) into "
-                             "docs/default-model.json/.md, then package it when it passes the shipping rule")
+                             "docs/default-model-earlier.json/.md, then package it when it passes the shipping rule")
     parser.add_argument("--base-from", help="with --default-candidate: take the base's scores from this result "
                                             "JSON (an earlier judging of the same base) instead of judging it again")
     study = parser.add_argument_group("the harness-reading study (--study)")
@@ -211,11 +212,12 @@ def default_candidate(config: ExperimentConfig, args: argparse.Namespace, argv: 
     result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     ships, why = ship_decision(result)
     result["ships"], result["decision"] = ships, why
-    (ROOT / "docs" / "default-model.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
-                                                       encoding="utf-8")
+    # the shipped default's recipe: its page is the -earlier one since the harness-reading study took default-model
+    (ROOT / "docs" / "default-model-earlier.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+                                                               encoding="utf-8")
     notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
     markdown = render_default_markdown(result, ("ships — " if ships else "not shipped — ") + why, notes)
-    (ROOT / "docs" / "default-model.md").write_text(markdown, encoding="utf-8")
+    (ROOT / "docs" / "default-model-earlier.md").write_text(markdown, encoding="utf-8")
     print(markdown)
     if not (ships and args.package_default):
         return 0 if ships else 1

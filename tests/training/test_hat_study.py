@@ -230,8 +230,9 @@ def test_the_study_resumes_from_its_committed_state_without_retraining_or_rejudg
     docs.mkdir()
     notes = tmp_path / "notes.md"
     notes.write_text("## Reading the figures\n\nWhat the turns say.\n")
-    for name in ("hat-reproduction.json", "hat-reproduction.md", "default-model.json", "default-model.md"):
-        shutil.copyfile(ROOT / "docs" / name, docs / name)
+    for name in ("hat-reproduction", "default-model"):  # the docs as they stood before the study first finished
+        for suffix in (".json", ".md"):
+            shutil.copyfile(ROOT / "docs" / f"{name}-earlier{suffix}", docs / f"{name}{suffix}")
     args = ["--study", "--model", "tiny", "--validation-cases", "2", "--test-cases", "2", "--train-examples", "4",
             "--opd-steps", "1", "--ifeval-validation", "2", "--ifeval-test", "2", "--max-new-tokens", "8",
             "--ifeval-new-tokens", "8",

@@ -423,7 +423,8 @@ def render_study_reproduction_markdown(result: dict[str, Any], earlier: dict[str
         "`benchmarks/hat_experiment.py --study` (training/hat/study.py); the shipped default's targets: "
         "docs/default-model.md.",
         "",
-        "Command: `" + result.get("command", "python benchmarks/hat_experiment.py --study") + "`",
+        "Command: `" + result.get("command", "python benchmarks/hat_experiment.py --study") + "`. Every figure "
+        "below, with the per-condition outcomes and failure reasons: `docs/default-model.json` (`splits`).",
         "",
         f"## Test split ({_split_words(result, 'test')})",
         "",
